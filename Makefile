@@ -1,0 +1,42 @@
+# Quick start: `make run` (embedded: SQLite, no Redis) and `make test` (PostgreSQL + Redis).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+# The suite's services (started by .ci/run when installed but stopped).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: install run test lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py runstack
+
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy runtime console
+
+pytest: install
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: install
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) deploy/bench.py
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

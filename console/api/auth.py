@@ -1,0 +1,62 @@
+"""Bearer tokens for agents and scripts; sessions (with CSRF) for people in the browser. Either
+way the view gets an ``Actor`` from ``actor_of(request)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from runtime.actors import Actor, actor_for_user
+from runtime.errors import NotAuthenticated
+from runtime.tokens import token_authenticate
+
+
+@dataclass(frozen=True)
+class TokenPrincipal:
+    """What DRF sees as ``request.user`` for a token: authenticated, not a Django user."""
+
+    actor: Actor
+    is_authenticated: bool = True
+    is_active: bool = True
+
+    @property
+    def pk(self) -> str:
+        return self.actor.key
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, Actor] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        raw = raw.strip()
+        if not raw:
+            raise exceptions.AuthenticationFailed("empty bearer token")
+        try:
+            actor = token_authenticate(raw)
+        except NotAuthenticated as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        return TokenPrincipal(actor), actor
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+def actor_of(request: Request) -> Actor:
+    """The acting principal of an authenticated DRF request."""
+    if isinstance(request.auth, Actor):
+        return request.auth
+    user = request.user
+    cached = getattr(request, "_console_actor", None)
+    if cached is None:
+        cached = actor_for_user(int(str(user.pk)), user.get_username())
+        request._console_actor = cached  # type: ignore[attr-defined]
+    return cached

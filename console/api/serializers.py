@@ -1,0 +1,181 @@
+"""Shapes of the REST contract (API.md): request parsers and response renderers."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from rest_framework import serializers
+
+from runtime.errors import InvalidInput
+from runtime.models import Event, Invocation, Operation, Task
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+class BudgetIn(serializers.Serializer):
+    cost_cents = serializers.IntegerField(required=False, min_value=0)
+    tool_calls = serializers.IntegerField(required=False, min_value=0)
+    model_tokens = serializers.IntegerField(required=False, min_value=0)
+
+
+class CheckIn(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    checker = serializers.CharField(max_length=100)
+    config = serializers.DictField(required=False, default=dict)
+
+
+class TaskIn(serializers.Serializer):
+    name = serializers.CharField(max_length=300)
+    input = serializers.DictField(required=False, default=dict)
+    deadline_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    budget = BudgetIn(required=False, allow_null=True)
+    required_checks = CheckIn(many=True, required=False, default=list)
+
+
+class OperationIn(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=Operation.KINDS, required=False, default="tool")
+    tool = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    params = serializers.DictField(required=False, default=dict)
+    step = serializers.CharField(max_length=200)
+    intent_version = serializers.IntegerField(required=False, default=1, min_value=1)
+    idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True)
+    estimate = serializers.DictField(
+        child=serializers.FloatField(min_value=0), required=False, default=dict
+    )
+    executor = serializers.ChoiceField(
+        choices=Operation.EXECUTORS, required=False, default="worker"
+    )
+    max_attempts = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    signal = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    timeout_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    approval_timeout_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1
+    )
+
+
+class HeartbeatIn(serializers.Serializer):
+    lease_generation = serializers.IntegerField(min_value=0)
+
+
+class ErrorIn(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["transient", "permanent"])
+    message = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+
+class CompleteIn(serializers.Serializer):
+    lease_generation = serializers.IntegerField(min_value=0)
+    outcome = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
+    result = serializers.JSONField(required=False, allow_null=True)
+    error = ErrorIn(required=False, allow_null=True)
+    usage = serializers.DictField(
+        child=serializers.FloatField(min_value=0), required=False, default=dict
+    )
+
+
+def parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InvalidInput("the body must be a JSON object")
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- responses ----------------------------------------------------------------------------
+
+
+def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
+    attempt = task.current_attempt
+    return {
+        "id": task.pk,
+        "name": task.name,
+        "input": task.input,
+        "condition": task.condition,
+        "outcome": task.outcome,
+        "terminal_reason": task.terminal_reason or None,
+        "state_version": task.state_version,
+        "attempt": {"id": attempt.pk, "number": attempt.number} if attempt else None,
+        "cancellation": task.cancellation,
+        "paused": task.paused,
+        "deadline": iso(task.deadline),
+        "pending": pending,
+        "created_at": iso(task.created_at),
+        "updated_at": iso(task.updated_at),
+    }
+
+
+def invocation_out(inv: Invocation) -> dict[str, Any]:
+    return {
+        "number": inv.number,
+        "execution": inv.execution_id,
+        "lease_generation": inv.lease_generation,
+        "started_at": iso(inv.started_at),
+        "finished_at": iso(inv.finished_at),
+        "outcome": inv.outcome,
+        "receipt": inv.receipt,
+        "provider_handle": inv.provider_handle or None,
+    }
+
+
+def operation_out(
+    op: Operation, invocations: list[Invocation], approval: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "id": op.pk,
+        "task": op.task_id,
+        "attempt": op.attempt_id,
+        "kind": op.kind,
+        "tool": op.tool or None,
+        "tool_version": op.tool_version or None,
+        "step": op.step,
+        "intent_version": op.intent_version,
+        "params": op.params,
+        "params_hash": op.params_hash,
+        "idempotency_key": op.idempotency_key,
+        "executor": op.executor,
+        "status": op.status,
+        "status_reason": op.status_reason or None,
+        "attempts_used": op.attempts_used,
+        "max_attempts": op.max_attempts,
+        "lease_generation": op.lease_generation,
+        "lease_expires_at": iso(op.lease_expires_at),
+        "next_attempt_at": iso(op.next_attempt_at),
+        "state_version": op.state_version,
+        "result": op.result,
+        "error": op.error,
+        "approval": approval,
+        "invocations": [invocation_out(i) for i in invocations],
+        "created_at": iso(op.created_at),
+        "updated_at": iso(op.updated_at),
+    }
+
+
+def event_out(event: Event) -> dict[str, Any]:
+    return {
+        "id": str(event.seq),
+        "type": event.type,
+        "at": iso(event.at),
+        "state_version": event.state_version,
+        "operation": event.operation_id,
+        "actor": event.actor or None,
+        "data": event.data,
+    }
+
+
+def cursor_encode(at: datetime, pk: str) -> str:
+    return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
+
+
+def cursor_decode(raw: str) -> tuple[datetime, str]:
+    try:
+        padded = raw + "=" * (-len(raw) % 4)
+        at, pk = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
+        return datetime.fromisoformat(at), pk
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput("cursor is not valid") from None

@@ -1,0 +1,292 @@
+"""REST API v1 (API.md). Each view parses, authorises, calls one runtime service, serialises."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api import serializers as s
+from console.api.auth import actor_of
+from console.api.idempotency import idempotent
+from runtime import events as journal
+from runtime import leases, operations, tasks
+from runtime.errors import InvalidInput, NotAuthorized
+from runtime.executions import execution_for_agent
+from runtime.models import Operation, Task
+
+JSON = OpenApiTypes.OBJECT
+
+
+def _task_body(task: Task) -> dict[str, Any]:
+    return s.task_out(task, tasks.task_pending_operation_ids(task))
+
+
+def _operation_body(op: Operation) -> dict[str, Any]:
+    return s.operation_out(op, operations.invocations_of(op))
+
+
+def _limit(request: Request, default: int = 50, ceiling: int = 200) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput("limit must be a whole number") from None
+    if not 1 <= value <= ceiling:
+        raise InvalidInput(f"limit must be between 1 and {ceiling}")
+    return value
+
+
+class TaskCollection(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("condition", str),
+            OpenApiParameter("outcome", str),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("limit", int),
+        ],
+        responses={200: JSON},
+    )
+    def get(self, request: Request) -> Response:
+        cursor = request.query_params.get("cursor")
+        limit = _limit(request)
+        rows = tasks.task_list(
+            actor_of(request),
+            condition=request.query_params.get("condition") or None,
+            outcome=request.query_params.get("outcome") or None,
+            search=request.query_params.get("q") or None,
+            before=s.cursor_decode(cursor) if cursor else None,
+            limit=limit + 1,
+        )
+        page, more = rows[:limit], len(rows) > limit
+        return Response(
+            {
+                "results": [_task_body(t) for t in page],
+                "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
+            }
+        )
+
+    @extend_schema(request=s.TaskIn, responses={201: JSON})
+    @idempotent
+    def post(self, request: Request) -> Response:
+        data = s.parse(s.TaskIn, request.data)
+        task = tasks.task_create(
+            actor_of(request),
+            tasks.TaskSpec(
+                name=data["name"],
+                input=data.get("input") or {},
+                deadline_seconds=data.get("deadline_seconds"),
+                budget=data.get("budget"),
+                required_checks=data.get("required_checks") or [],
+            ),
+        )
+        return Response(_task_body(task), status=201)
+
+
+class TaskDetail(APIView):
+    @extend_schema(responses={200: JSON})
+    def get(self, request: Request, task_id: str) -> Response:
+        return Response(_task_body(tasks.task_get(actor_of(request), task_id)))
+
+
+class TaskOperations(APIView):
+    @extend_schema(responses={200: JSON})
+    def get(self, request: Request, task_id: str) -> Response:
+        actor = actor_of(request)
+        tasks.task_get(actor, task_id)
+        ops = operations.operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
+        return Response({"results": [_operation_body(op) for op in ops]})
+
+    @extend_schema(request=s.OperationIn, responses={200: JSON, 201: JSON})
+    @idempotent
+    def post(self, request: Request, task_id: str) -> Response:
+        data = s.parse(s.OperationIn, request.data)
+        op, created = operations.operation_propose(
+            actor_of(request),
+            task_id,
+            operations.OperationSpec(
+                kind=data["kind"],
+                tool=data.get("tool") or "",
+                params=data.get("params") or {},
+                step=data["step"],
+                intent_version=data["intent_version"],
+                idempotency_key=data.get("idempotency_key"),
+                estimate=data.get("estimate") or {},
+                executor=data["executor"],
+                max_attempts=data.get("max_attempts"),
+                signal=data.get("signal") or "",
+                timeout_seconds=data.get("timeout_seconds"),
+            ),
+        )
+        return Response(_operation_body(op), status=201 if created else 200)
+
+
+class OperationCollection(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str), OpenApiParameter("cursor", str)],
+        responses={200: JSON},
+    )
+    def get(self, request: Request) -> Response:
+        cursor = request.query_params.get("cursor")
+        limit = _limit(request)
+        rows = operations.operation_list(
+            actor_of(request),
+            status=request.query_params.get("status") or None,
+            task_id=request.query_params.get("task") or None,
+            after=s.cursor_decode(cursor) if cursor else None,
+            limit=limit + 1,
+        )
+        page, more = rows[:limit], len(rows) > limit
+        return Response(
+            {
+                "results": [_operation_body(op) for op in page],
+                "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
+            }
+        )
+
+
+class OperationDetail(APIView):
+    @extend_schema(responses={200: JSON})
+    def get(self, request: Request, operation_id: str) -> Response:
+        return Response(_operation_body(operations.operation_get(actor_of(request), operation_id)))
+
+
+def _agent_operation(request: Request, operation_id: str) -> Operation:
+    actor = actor_of(request)
+    op = operations.operation_get(actor, operation_id)
+    if actor.kind != "agent" and not actor.is_console:
+        raise NotAuthorized("only the task's agent may run its operations")
+    return op
+
+
+class OperationClaim(APIView):
+    @extend_schema(request=None, responses={200: JSON})
+    @idempotent
+    def post(self, request: Request, operation_id: str) -> Response:
+        _agent_operation(request, operation_id)
+        execution = execution_for_agent(actor_of(request).name)
+        lease = leases.agent_claim(operation_id, execution.pk)
+        return Response(
+            {
+                "lease_generation": lease.lease_generation,
+                "lease_expires_at": s.iso(lease.lease_expires_at),
+                "state_version": lease.state_version,
+                "execution": execution.pk,
+            }
+        )
+
+
+class OperationHeartbeat(APIView):
+    @extend_schema(request=s.HeartbeatIn, responses={200: JSON})
+    @idempotent
+    def post(self, request: Request, operation_id: str) -> Response:
+        data = s.parse(s.HeartbeatIn, request.data)
+        _agent_operation(request, operation_id)
+        expires, cancel = leases.lease_heartbeat(operation_id, data["lease_generation"])
+        return Response({"lease_expires_at": s.iso(expires), "cancel_requested": cancel})
+
+
+class OperationComplete(APIView):
+    @extend_schema(request=s.CompleteIn, responses={200: JSON})
+    @idempotent
+    def post(self, request: Request, operation_id: str) -> Response:
+        data = s.parse(s.CompleteIn, request.data)
+        op = _agent_operation(request, operation_id)
+        error = data.get("error") or {}
+        if data["outcome"] == "failed" and not error:
+            raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")
+        accepted = operations.agent_report(
+            op,
+            lease_generation=data["lease_generation"],
+            report=operations.Report(
+                outcome=data["outcome"],
+                result=data.get("result"),
+                error_kind=error.get("kind", ""),
+                message=error.get("message", ""),
+                usage=data.get("usage") or {},
+            ),
+        )
+        return Response(_operation_body(accepted))
+
+
+class TaskEvents(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("after", str), OpenApiParameter("limit", int)],
+        responses={200: JSON},
+    )
+    def get(self, request: Request, task_id: str) -> Any:
+        tasks.task_get(actor_of(request), task_id)
+        accept = request.headers.get("Accept", "")
+        raw_after = request.headers.get("Last-Event-ID") or request.query_params.get("after")
+        after = _cursor_int(raw_after)
+        if "text/event-stream" in accept:
+            response = StreamingHttpResponse(
+                _sse(task_id, after, _float(request.query_params.get("max_seconds"), 3600.0)),
+                content_type="text/event-stream",
+            )
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"
+            return response
+        rows = journal.events_after(task_id, after, _limit(request, 100, 1000))
+        return Response(
+            {
+                "events": [s.event_out(e) for e in rows],
+                "next": str(rows[-1].seq) if rows else str(after),
+            }
+        )
+
+
+def _cursor_int(raw: str | None) -> int:
+    if raw in (None, ""):
+        return 0
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise InvalidInput("the cursor must be an event id from this task") from None
+    if value < 0:
+        raise InvalidInput("the cursor must not be negative")
+    return value
+
+
+def _float(raw: str | None, default: float) -> float:
+    try:
+        return min(float(raw), default) if raw else default
+    except ValueError:
+        raise InvalidInput("max_seconds must be a number") from None
+
+
+async def _sse(task_id: str, after: int, max_seconds: float) -> AsyncIterator[bytes]:
+    """Server-sent events from the journal, resuming strictly after ``after``. Polls the journal
+    (hints only shorten the wait elsewhere); ends after ``max_seconds`` so clients reconnect
+    with Last-Event-ID."""
+    import json
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    last = after
+    quiet = 0.0
+    yield b"retry: 1000\n\n"
+    while loop.time() - started < max_seconds:
+        rows = await sync_to_async(journal.events_after)(task_id, last, 200)
+        for event in rows:
+            body = json.dumps(s.event_out(event), separators=(",", ":"))
+            yield f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()
+            last = event.seq
+        if rows:
+            quiet = 0.0
+            continue
+        await asyncio.sleep(0.25)
+        quiet += 0.25
+        if quiet >= 15:
+            quiet = 0.0
+            yield b": keepalive\n\n"

@@ -1,0 +1,139 @@
+"""Run the whole system in the foreground: web (daphne, ASGI), a Celery worker with WORKERS prefork
+children, and Celery beat (the sweeper). Ctrl-C stops all three; if one dies, all stop."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+
+from runtime.accounts import console_user_create
+from runtime.actors import ROLES
+from runtime.tokens import token_issue_for_agent
+
+
+class Command(BaseCommand):
+    help = "Start web + worker + beat in the foreground (make run)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--no-beat", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        embedded = settings.EMBEDDED_DATABASE
+        if embedded:
+            self._demo_accounts()
+        python = sys.executable
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        data_dir = Path(settings.DATA_DIR)
+        commands = {
+            "web": [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                options["host"],
+                "-p",
+                str(options["port"]),
+                "console.asgi:application",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(settings.WORKERS),
+                "-Q",
+                settings.CELERY_QUEUE,
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"worker-{os.getpid()}@%h",
+            ],
+        }
+        if not options["no_beat"]:
+            commands["beat"] = [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(data_dir / "celerybeat-schedule"),
+            ]
+        mode = "embedded (SQLite, no Redis)" if embedded else "services"
+        self.stdout.write(
+            f"Agent console ({mode}) on http://{options['host']}:{options['port']}/ "
+            f"- lease {settings.LEASE_SECONDS}s, sweep {settings.SWEEP_SECONDS}s, "
+            f"{settings.WORKERS} worker process(es). Ctrl-C stops."
+        )
+        self.stdout.flush()
+        procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
+        stopping = False
+
+        def stop(*_: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        code = 0
+        while not stopping:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    self.stderr.write(f"{name} exited with {proc.returncode}; stopping")
+                    code = proc.returncode or 1
+                    stopping = True
+                    break
+            time.sleep(0.5)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 15
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sys.exit(code)
+
+    def _demo_accounts(self) -> None:
+        """On the first embedded start: one console user per role and a demo agent token,
+        printed once and kept in DATA_DIR/demo-accounts.txt (mode 600)."""
+        path = Path(settings.DATA_DIR) / "demo-accounts.txt"
+        if get_user_model().objects.exists():
+            if path.exists():
+                self.stdout.write(f"Demo accounts: see {path}")
+            return
+        lines = ["Demo accounts (created on first start):"]
+        for role in ROLES:
+            password = secrets.token_urlsafe(9)
+            console_user_create(role, role, password)
+            lines.append(f"  console user {role:<8} password {password}   (role {role})")
+        issued = token_issue_for_agent("demo-agent")
+        lines.append(f"  agent token (demo-agent): {issued.secret}")
+        text = "\n".join(lines) + "\n"
+        path.write_text(text)
+        path.chmod(0o600)
+        self.stdout.write(text)

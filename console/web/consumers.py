@@ -1,0 +1,141 @@
+"""Websocket consumers for live pages. The journal is the source of truth: each consumer follows
+it from the client's cursor and sends every event exactly once, in order. Channel-layer hints
+only wake it early; in embedded mode (in-memory layer, which a worker process cannot reach) the
+follower's own polling keeps pages live."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from console.api.serializers import event_out
+from runtime import events as journal
+from runtime.actors import Actor, actor_for_user
+from runtime.errors import NotFound
+from runtime.tasks import task_get
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+def _poll_seconds() -> float:
+    # Hints arrive over Redis in services mode; polling there is only a safety net.
+    return 0.5 if settings.EMBEDDED_BROKER else 2.0
+
+
+def _after(scope: dict[str, Any]) -> int:
+    query = parse_qs(scope.get("query_string", b"").decode())
+    try:
+        return max(0, int(query.get("after", ["0"])[0]))
+    except ValueError:
+        return 0
+
+
+class _Follower(AsyncJsonWebsocketConsumer):
+    group: str = ""
+    cursor: int = 0
+
+    async def _actor(self) -> Actor | None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return None
+        actor = await sync_to_async(actor_for_user)(user.pk, user.get_username())
+        if not actor.is_console:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return None
+        return actor
+
+    async def _start(self) -> None:
+        self._wake = asyncio.Event()
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        self._loop = asyncio.ensure_future(self._follow())
+
+    async def disconnect(self, code: int) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await loop
+        if self.channel_layer is not None and self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def journal_hint(self, message: dict[str, Any]) -> None:
+        self._wake.set()
+
+    async def _follow(self) -> None:
+        while True:
+            await self._drain()
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=_poll_seconds())
+
+    async def _drain(self) -> None:
+        raise NotImplementedError
+
+
+class TaskJournalConsumer(_Follower):
+    """``ws/tasks/<id>/?after=N``: every event of the task after N, each once, in order."""
+
+    async def connect(self) -> None:
+        actor = await self._actor()
+        if actor is None:
+            return
+        task_id = self.scope["url_route"]["kwargs"]["task_id"]
+        try:
+            await sync_to_async(task_get)(actor, task_id)
+        except NotFound:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.task_id = task_id
+        self.group = journal.TASK_GROUP.format(task_id=task_id)
+        self.cursor = _after(self.scope)
+        await self._start()
+
+    async def _drain(self) -> None:
+        while True:
+            rows = await sync_to_async(journal.events_after)(self.task_id, self.cursor, 200)
+            for event in rows:
+                await self.send_json({"type": "event", "event": event_out(event)})
+                self.cursor = event.seq
+            if len(rows) < 200:
+                return
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # The page is read-only over this socket; actions go through forms and the REST API.
+        return
+
+
+class FeedConsumer(_Follower):
+    """``ws/feed/?after=N``: a hint per journal event of any task, for list pages to refresh."""
+
+    async def connect(self) -> None:
+        if await self._actor() is None:
+            return
+        self.group = journal.FEED_GROUP
+        self.cursor = _after(self.scope) or await sync_to_async(journal.feed_head)()
+        await self._start()
+
+    async def _drain(self) -> None:
+        rows = await sync_to_async(journal.feed_after)(self.cursor, 500)
+        if rows:
+            self.cursor = rows[-1].id
+            await self.send_json(
+                {
+                    "type": "hint",
+                    "position": self.cursor,
+                    "tasks": sorted({e.task_id for e in rows}),
+                }
+            )
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        return

@@ -1,0 +1,19 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from console.web import views
+
+urlpatterns = [
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="console/login.html"),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.dashboard, name="dashboard"),
+    path("fragments/dashboard", views.dashboard_fragment, name="dashboard-fragment"),
+    path("tasks/", views.task_list, name="task-list"),
+    path("fragments/tasks", views.task_list_fragment, name="task-list-fragment"),
+    path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
+    path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
+]

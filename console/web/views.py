@@ -1,0 +1,143 @@
+"""The console for people: server-rendered pages with a light live layer (a websocket that
+follows the journal; the page re-fetches its server-rendered fragments on each event)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from console.api.serializers import cursor_decode, cursor_encode, event_out
+from runtime import events as journal
+from runtime import operations, tasks
+from runtime.actors import Actor, actor_for_user
+from runtime.errors import DomainError, NotFound
+from runtime.models import Operation, RejectedObservation
+from runtime.transitions import TaskCondition, TaskOutcome
+
+View = Callable[..., HttpResponse]
+
+
+def console_view(view: View) -> View:
+    """Login required, and a console role (operator, support or admin) to see anything."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        actor = actor_for_user(int(str(request.user.pk)), request.user.get_username())
+        if not actor.is_console:
+            return HttpResponseForbidden(
+                render(request, "console/forbidden.html", status=403).content
+            )
+        try:
+            return view(request, actor, *args, **kwargs)
+        except NotFound:
+            return render(request, "console/not_found.html", status=404)
+        except DomainError as exc:
+            return render(request, "console/error.html", {"error": exc}, status=exc.status)
+
+    return wrapper
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        from console.api.errors import not_found_json
+
+        return not_found_json(request)  # type: ignore[no-any-return]
+    return render(request, "console/not_found.html", status=404)
+
+
+@require_GET
+@console_view
+def dashboard(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/dashboard.html", _dashboard_context(actor))
+
+
+@require_GET
+@console_view
+def dashboard_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/_dashboard_body.html", _dashboard_context(actor))
+
+
+def _dashboard_context(actor: Actor) -> dict[str, Any]:
+    counts = tasks.task_counts()
+    by_condition = {c: 0 for c in TaskCondition.ALL}
+    by_outcome = {o: 0 for o in TaskOutcome.ALL}
+    for (condition, outcome), n in counts.items():
+        by_condition[condition] = by_condition.get(condition, 0) + n
+        if outcome:
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+    return {
+        "by_condition": by_condition,
+        "by_outcome": by_outcome,
+        "recent": tasks.task_list(actor, limit=10),
+        "feed_head": journal.feed_head(),
+    }
+
+
+@require_GET
+@console_view
+def task_list(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/task_list.html", _task_list_context(request, actor))
+
+
+@require_GET
+@console_view
+def task_list_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/_task_rows.html", _task_list_context(request, actor))
+
+
+def _task_list_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
+    condition = request.GET.get("condition") or None
+    outcome = request.GET.get("outcome") or None
+    q = (request.GET.get("q") or "").strip() or None
+    before_raw = request.GET.get("before")
+    before = cursor_decode(before_raw) if before_raw else None
+    page_size = 25
+    rows = tasks.task_list(
+        actor, condition=condition, outcome=outcome, search=q, before=before, limit=page_size + 1
+    )
+    page = rows[:page_size]
+    return {
+        "tasks": page,
+        "next_cursor": cursor_encode(page[-1].created_at, page[-1].pk)
+        if len(rows) > page_size
+        else None,
+        "condition": condition or "",
+        "outcome": outcome or "",
+        "q": q or "",
+        "conditions": TaskCondition.ALL,
+        "outcomes": TaskOutcome.ALL,
+        "paged": bool(before_raw),
+        "feed_head": journal.feed_head(),
+    }
+
+
+@require_GET
+@console_view
+def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
+    context = _task_context(actor, task_id)
+    events = journal.events_after(task_id, 0, limit=1000)
+    context["events"] = [event_out(e) for e in events]
+    context["last_seq"] = events[-1].seq if events else 0
+    return render(request, "console/task_detail.html", context)
+
+
+@require_GET
+@console_view
+def task_fragment(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
+    return render(request, "console/_task_live.html", _task_context(actor, task_id))
+
+
+def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
+    task = tasks.task_get(actor, task_id)
+    ops: list[Operation] = operations.operation_list(actor, task_id=task_id, limit=500)
+    rejections = list(
+        RejectedObservation.objects.filter(operation__task_id=task_id).order_by("-at")[:50]
+    )
+    return {"task": task, "operations": ops, "rejections": rejections}

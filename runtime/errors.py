@@ -1,0 +1,100 @@
+"""The one error hierarchy of the domain. Transport maps it once: ``status`` and ``code`` are the
+HTTP status and the contract's error code (API.md); websocket consumers use ``code``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str = "", *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        if code is not None:
+            self.code = code
+        self.message = message or (self.__class__.__doc__ or self.code).strip()
+        self.details = details
+
+
+class InvalidInput(DomainError):
+    """The request is malformed."""
+
+    status = 400
+    code = "invalid_input"
+
+
+class UnknownTool(InvalidInput):
+    """No tool adapter is registered under that name."""
+
+    code = "unknown_tool"
+
+
+class NotAuthenticated(DomainError):
+    """Authentication is required."""
+
+    status = 401
+    code = "not_authenticated"
+
+
+class NotAuthorized(DomainError):
+    """The caller lacks the right for this action."""
+
+    status = 403
+    code = "not_authorized"
+
+
+class NotFound(DomainError):
+    """No such object, or not visible to the caller."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    """The object is not in a state that allows this."""
+
+    status = 409
+    code = "conflict"
+
+
+class TransitionRejected(Conflict):
+    """A guarded state change touched no row: someone else changed the object first."""
+
+    code = "state_version_mismatch"
+
+
+class InvalidTransition(Conflict):
+    """The transition table does not allow this edge."""
+
+    code = "invalid_transition"
+
+
+class StaleLease(Conflict):
+    """The lease generation is not the current one."""
+
+    code = "stale_lease"
+
+
+class NotClaimable(Conflict):
+    """The operation cannot be claimed now."""
+
+    code = "not_claimable"
+
+
+class TaskRefused(Conflict):
+    """The task does not admit new work (cancelled, paused, terminal, past deadline, no budget)."""
+
+
+class IdempotencyKeyReused(DomainError):
+    """The idempotency key was used before with different parameters."""
+
+    status = 422
+    code = "idempotency_key_reused"
+
+
+class RequestInProgress(Conflict):
+    """A request with this idempotency key is still in progress."""
+
+    code = "request_in_progress"

@@ -1,0 +1,152 @@
+"""The append-only journal: one row per accepted change, numbered per task.
+
+The cursor (``seq``) is taken by bumping ``Task.event_seq`` under the task's row lock, inside the
+transaction that writes the event, so a reader that has seen seq N has seen every event before it
+that will ever exist. Broadcasts are hints sent after commit; readers always catch up from here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from runtime.models import Event
+
+log = logging.getLogger(__name__)
+
+TASK_GROUP = "task.{task_id}"
+FEED_GROUP = "feed"
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """The task as the journal statement left it (read back with RETURNING)."""
+
+    id: str
+    event_seq: int
+    condition: str
+    outcome: str | None
+    state_version: int
+    cancellation: str
+    paused: bool
+    deadline: datetime | None
+
+
+_COND_SQL = (
+    "CASE WHEN condition = 'terminal' THEN 'terminal' "
+    "WHEN ops_active + %(d_active)s > 0 THEN 'running' "
+    "WHEN ops_claimable + %(d_claimable)s > 0 THEN 'runnable' "
+    "WHEN ops_blocked + %(d_blocked)s > 0 THEN 'waiting' "
+    "ELSE 'runnable' END"
+)
+
+# Built once from constants; every value is a bound parameter.
+_TOUCH_SQL = f"""
+UPDATE runtime_task SET
+  event_seq = event_seq + 1,
+  ops_active = ops_active + %(d_active)s,
+  ops_claimable = ops_claimable + %(d_claimable)s,
+  ops_blocked = ops_blocked + %(d_blocked)s,
+  state_version = state_version + CASE WHEN condition <> {_COND_SQL} THEN 1 ELSE 0 END,
+  condition = {_COND_SQL},
+  updated_at = %(now)s
+WHERE id = %(task_id)s
+RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline
+"""  # noqa: S608
+
+
+def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) -> TaskRow:
+    """Take the next journal position for a task and apply operation-count deltas, deriving its
+    live condition in the same statement. Must run inside the caller's transaction: the row lock
+    it takes is what orders the task's events."""
+    d_active, d_claimable, d_blocked = deltas
+    with connection.cursor() as cur:
+        cur.execute(
+            _TOUCH_SQL,
+            {
+                "d_active": d_active,
+                "d_claimable": d_claimable,
+                "d_blocked": d_blocked,
+                "now": now,
+                "task_id": task_id,
+            },
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise LookupError(f"task {task_id} vanished inside its own transaction")
+    deadline = row[7]
+    if isinstance(deadline, str):  # SQLite returns text from a raw cursor
+        deadline = datetime.fromisoformat(deadline)
+    return TaskRow(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), deadline)
+
+
+def event_append_txn(
+    *,
+    task_id: str,
+    type: str,
+    state_version: int,
+    now: datetime,
+    deltas: tuple[int, int, int] = (0, 0, 0),
+    operation_id: str | None = None,
+    actor: str = "",
+    data: dict[str, Any] | None = None,
+) -> tuple[Event, TaskRow]:
+    """Append one event to the task's journal inside the caller's transaction; the hint to live
+    readers goes out only after commit."""
+    task = task_touch_txn(task_id, deltas, now)
+    payload = dict(data or {})
+    payload.setdefault("task_condition", task.condition)
+    payload.setdefault("task_state_version", task.state_version)
+    event = Event.objects.create(
+        task_id=task_id,
+        seq=task.event_seq,
+        type=type,
+        at=now,
+        state_version=state_version,
+        operation_id=operation_id,
+        actor=actor,
+        data=payload,
+    )
+    transaction.on_commit(lambda: event_hint(task_id, task.event_seq, type))
+    return event, task
+
+
+def event_hint(task_id: str, seq: int, type: str) -> None:
+    """Tell live readers that the journal moved. At-most-once and lossy by design (the channel
+    layer drops over capacity); readers catch up from the journal, so a lost hint only delays."""
+    try:
+        from asgiref.sync import async_to_sync
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        message = {"type": "journal.hint", "task": task_id, "seq": seq, "event": type}
+        async_to_sync(_send_hints)(layer, task_id, message)
+    except Exception:  # a hint must never fail the committed work it reports
+        log.debug("journal hint for %s not delivered", task_id, exc_info=True)
+
+
+async def _send_hints(layer: Any, task_id: str, message: dict[str, Any]) -> None:
+    await layer.group_send(TASK_GROUP.format(task_id=task_id), message)
+    await layer.group_send(FEED_GROUP, message)
+
+
+def events_after(task_id: str, after: int, limit: int = 200) -> list[Event]:
+    """The task's events strictly after the cursor, oldest first (keyset, no OFFSET)."""
+    return list(Event.objects.filter(task_id=task_id, seq__gt=after).order_by("seq")[:limit])
+
+
+def feed_after(after_id: int, limit: int = 200) -> list[Event]:
+    """Events of all tasks after a global position, for hint-driven pages (ids may commit out of
+    order, which is harmless here: these only tell a page to refresh)."""
+    return list(Event.objects.filter(id__gt=after_id).order_by("id")[:limit])
+
+
+def feed_head() -> int:
+    last = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    return int(last or 0)

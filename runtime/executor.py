@@ -1,0 +1,87 @@
+"""The worker's side of the path: claim under a new lease generation, run the tool adapter with
+the operation's stable key and the generation as fencing token, report the result for fenced
+acceptance. Duplicate or late deliveries find nothing to claim and do nothing."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import close_old_connections
+
+from runtime.errors import StaleLease
+from runtime.executions import execution_current
+from runtime.leases import Lease, lease_heartbeat, operation_claim
+from runtime.models import Operation
+from runtime.operations import Report, operation_report
+from runtime.tools import InvocationContext, ToolFailure, adapter_for
+
+log = logging.getLogger(__name__)
+
+
+def operation_execute(operation_id: str) -> str:
+    """Run one delivery of an operation; returns what happened, for logs and tests."""
+    execution_id = execution_current()
+    lease = operation_claim(operation_id, execution_id=execution_id)
+    if lease is None:
+        return "nothing_to_claim"
+    op = Operation.objects.get(pk=operation_id)
+    report = _invoke(op, lease)
+    close_old_connections()
+    try:
+        operation_report(
+            operation_id,
+            lease_generation=lease.lease_generation,
+            state_version=lease.state_version,
+            report=report,
+            execution_id=execution_id,
+        )
+    except StaleLease:
+        log.info(
+            "late result for %s under generation %s rejected", operation_id, lease.lease_generation
+        )
+        return "rejected"
+    return report.outcome
+
+
+def _invoke(op: Operation, lease: Lease) -> Report:
+    adapter = adapter_for(op.tool)
+
+    def heartbeat() -> bool:
+        try:
+            _, cancel = lease_heartbeat(op.pk, lease.lease_generation)
+        except StaleLease:
+            return True  # lost the lease: stop as if cancelled
+        return cancel
+
+    ctx = InvocationContext(
+        operation_id=op.pk,
+        task_id=op.task_id,
+        step=op.step,
+        idempotency_key=op.idempotency_key,
+        params=op.params,
+        fencing_token=lease.lease_generation,
+        invocation_number=lease.invocation_number,
+        deadline=op.deadline,
+        heartbeat=heartbeat,
+    )
+    try:
+        outcome = adapter.invoke(ctx)
+    except ToolFailure as failure:
+        if failure.kind == ToolFailure.UNKNOWN:
+            return Report(outcome="unknown", message=failure.message, receipt=failure.receipt)
+        return Report(
+            outcome="failed",
+            error_kind=failure.kind,
+            message=failure.message,
+            receipt=failure.receipt,
+        )
+    except Exception as exc:  # an adapter bug is a permanent failure with its message, not a crash
+        log.exception("tool %s raised", op.tool)
+        return Report(outcome="failed", error_kind=ToolFailure.PERMANENT, message=repr(exc)[:500])
+    return Report(
+        outcome="succeeded",
+        result=outcome.result,
+        usage=outcome.usage,
+        receipt=outcome.receipt,
+        provider_handle=outcome.provider_handle,
+    )

@@ -1,0 +1,224 @@
+"""Leases and fencing. A claim sets the owner execution, ``lease_generation + 1`` and the expiry in
+one guarded UPDATE; heartbeats extend only under the same generation; expiry hands the work to a
+new generation but never proves the old owner stopped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime.errors import NotClaimable, StaleLease, TransitionRejected
+from runtime.models import Invocation, Operation
+from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
+from runtime.statemachine import operation_transition_txn, rejection_record
+from runtime.tools import adapter_for
+from runtime.transitions import Cancellation, OperationStatus
+
+S = OperationStatus
+
+
+@dataclass(frozen=True)
+class Lease:
+    operation_id: str
+    lease_generation: int
+    state_version: int
+    lease_expires_at: datetime
+    invocation_number: int
+
+
+def lease_seconds() -> int:
+    return int(settings.LEASE_SECONDS)
+
+
+def operation_claim(
+    operation_id: str,
+    *,
+    execution_id: str,
+    executor: str = Operation.EXECUTOR_WORKER,
+    now: datetime | None = None,
+) -> Lease | None:
+    """Claim a claimable operation for ``execution_id``; None when there is nothing to claim (a
+    duplicate or late delivery, or work that is not due). The claim consumes the operation's
+    outbox rows. Work whose task no longer admits it is settled instead of claimed.
+
+    Preconditions: none; safe to call any number of times concurrently (exactly one wins).
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        op = Operation.objects.select_related("task").filter(pk=operation_id).first()
+        if op is None or op.status not in S.CLAIMABLE or op.executor != executor:
+            return None
+        if op.next_attempt_at is not None and op.next_attempt_at > now:
+            return None
+        task = op.task
+        if task.cancellation != Cancellation.NONE:
+            _settle_txn(op, S.CANCELLED, now, "the task was cancelled")
+            return None
+        if task.paused:
+            # Paused work is not announced again until resume.
+            outbox_consume_txn(op.pk)
+            return None
+        deadline = op.deadline or task.deadline
+        if deadline is not None and now >= deadline:
+            _settle_txn(op, S.EXPIRED, now, "the deadline passed before the work could start")
+            return None
+        if op.kind == Operation.KIND_TOOL and executor == Operation.EXECUTOR_WORKER:
+            adapter = adapter_for(op.tool) if _tool_known(op.tool) else None
+            if adapter is None or not adapter.supports(op.tool_version):
+                reason = (
+                    f"recorded under {op.tool} version {op.tool_version or '?'}, which this "
+                    f"worker does not support"
+                    + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
+                )
+                operation_transition_txn(
+                    op,
+                    S.MANUAL_INTERVENTION,
+                    now=now,
+                    fields={"status_reason": reason},
+                    data={"reason": reason},
+                )
+                outbox_consume_txn(op.pk)
+                return None
+        if op.attempts_used >= op.max_attempts:
+            operation_transition_txn(
+                op,
+                S.FAILED,
+                now=now,
+                fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
+            )
+            outbox_consume_txn(op.pk)
+            return None
+        generation = op.lease_generation + 1
+        number = op.attempts_used + 1
+        expires = now + timedelta(seconds=lease_seconds())
+        try:
+            operation_transition_txn(
+                op,
+                S.RUNNING,
+                now=now,
+                fields={
+                    "lease_generation": F("lease_generation") + 1,
+                    "lease_expires_at": expires,
+                    "execution_id": execution_id,
+                    "attempts_used": F("attempts_used") + 1,
+                    "first_attempt_at": op.first_attempt_at or now,
+                    "next_attempt_at": None,
+                },
+                data={"lease_generation": generation, "execution": execution_id, "attempt": number},
+            )
+        except TransitionRejected:
+            return None
+        op.lease_generation = generation
+        op.attempts_used = number
+        Invocation.objects.create(
+            operation=op,
+            number=number,
+            lease_generation=generation,
+            execution_id=execution_id,
+            started_at=now,
+        )
+        outbox_consume_txn(op.pk)
+    return Lease(op.pk, generation, op.state_version, expires, number)
+
+
+def _tool_known(name: str) -> bool:
+    from runtime.tools import adapters
+
+    return name in adapters()
+
+
+def _settle_txn(op: Operation, target: str, now: datetime, reason: str) -> None:
+    operation_transition_txn(
+        op, target, now=now, fields={"status_reason": reason}, data={"reason": reason}
+    )
+    outbox_consume_txn(op.pk)
+
+
+def lease_heartbeat(
+    operation_id: str, lease_generation: int, now: datetime | None = None
+) -> tuple[datetime, bool]:
+    """Extend the lease under the caller's generation; returns (new expiry, cancel requested).
+    Raises StaleLease when the generation is no longer current."""
+    now = now or timezone.now()
+    expires = now + timedelta(seconds=lease_seconds())
+    touched = Operation.objects.filter(
+        pk=operation_id, status=S.RUNNING, lease_generation=lease_generation
+    ).update(lease_expires_at=expires)
+    if touched != 1:
+        rejection_record(
+            operation_id=operation_id,
+            kind="stale_heartbeat",
+            lease_generation=lease_generation,
+            detail={},
+        )
+        raise StaleLease("the lease generation is not the current one", operation=operation_id)
+    row = (
+        Operation.objects.filter(pk=operation_id)
+        .values("cancel_requested", "task__cancellation")
+        .first()
+    )
+    cancel = bool(row and (row["cancel_requested"] or row["task__cancellation"] != "none"))
+    return expires, cancel
+
+
+def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
+    """Take over running operations whose lease expired: the work becomes claimable again (a
+    new generation at the next claim), the invocation is marked lost, attempts stay used."""
+    now = now or timezone.now()
+    expired_ids = list(
+        Operation.objects.filter(status=S.RUNNING, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", flat=True)[:batch]
+    )
+    taken = 0
+    for op_id in expired_ids:
+        with transaction.atomic():
+            op = Operation.objects.filter(pk=op_id).first()
+            if op is None or op.status != S.RUNNING or not op.lease_expires_at:
+                continue
+            if op.lease_expires_at >= now:
+                continue
+            generation = op.lease_generation
+            try:
+                operation_transition_txn(
+                    op,
+                    S.PENDING,
+                    now=now,
+                    fields={"lease_expires_at": None},
+                    lease_generation=generation,
+                    data={"lease_generation": generation, "reason": "lease expired"},
+                )
+            except (TransitionRejected, StaleLease):
+                continue
+            Invocation.objects.filter(
+                operation=op, lease_generation=generation, outcome__isnull=True
+            ).update(outcome=Invocation.OUTCOME_LOST, finished_at=now)
+            if op.executor == Operation.EXECUTOR_WORKER:
+                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+            taken += 1
+    return taken
+
+
+def claim_refused_record(operation_id: str, execution_id: str, reason: str) -> None:
+    rejection_record(
+        operation_id=operation_id,
+        kind="refused_claim",
+        execution_id=execution_id,
+        detail={"reason": reason},
+    )
+
+
+def agent_claim(operation_id: str, execution_id: str) -> Lease:
+    """An agent's claim of an agent-executed operation; NotClaimable when it cannot be had."""
+    lease = operation_claim(
+        operation_id, execution_id=execution_id, executor=Operation.EXECUTOR_AGENT
+    )
+    if lease is None:
+        claim_refused_record(operation_id, execution_id, "not claimable")
+        raise NotClaimable("the operation is not claimable now", operation=operation_id)
+    return lease

@@ -1,0 +1,20 @@
+from runtime.models.events import Event
+from runtime.models.operations import Execution, Invocation, Operation, RejectedObservation
+from runtime.models.outbox import OutboxMessage
+from runtime.models.principals import Agent, ApiToken
+from runtime.models.requests import IdempotentRequest
+from runtime.models.tasks import Attempt, Task
+
+__all__ = [
+    "Agent",
+    "ApiToken",
+    "Attempt",
+    "Event",
+    "Execution",
+    "IdempotentRequest",
+    "Invocation",
+    "Operation",
+    "OutboxMessage",
+    "RejectedObservation",
+    "Task",
+]

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from runtime.ids import new_id
+
+
+def _agent_id() -> str:
+    return new_id("agt")
+
+
+def _token_id() -> str:
+    return new_id("tok")
+
+
+class Agent(models.Model):
+    """A program that posts work. It sees only its own tasks."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_agent_id, editable=False)
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiToken(models.Model):
+    """A bearer token, stored only as a SHA-256 digest. It acts either as an agent or as a
+    console user (with that user's role); exactly one of the two is set."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_token_id, editable=False)
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(agent__isnull=False, user__isnull=True))
+                | (models.Q(agent__isnull=True, user__isnull=False)),
+                name="token_acts_as_agent_xor_user",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from runtime.ids import new_id
+from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
+
+
+def _task_id() -> str:
+    return new_id("tsk")
+
+
+def _attempt_id() -> str:
+    return new_id("att")
+
+
+class Task(models.Model):
+    """The requested work; its identity is stable across attempts, workers and recovery."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_task_id, editable=False)
+    name = models.CharField(max_length=300)
+    input = models.JSONField(default=dict, blank=True)
+    agent = models.ForeignKey("runtime.Agent", null=True, blank=True, on_delete=models.PROTECT)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    condition = models.CharField(
+        max_length=16,
+        choices=[(c, c) for c in TaskCondition.ALL],
+        default=TaskCondition.RUNNABLE,
+    )
+    outcome = models.CharField(
+        max_length=16, choices=[(o, o) for o in TaskOutcome.ALL], null=True, blank=True
+    )
+    terminal_reason = models.TextField(blank=True, default="")
+    state_version = models.PositiveIntegerField(default=1)
+    # The journal cursor: bumped under the task's row lock by every event, so the order in
+    # which events become visible is the order of their numbers (no gaps for a reader to skip).
+    event_seq = models.PositiveBigIntegerField(default=0)
+    # How many of the task's operations are active / claimable / blocked on something outside
+    # the workers. Kept by the same guarded transition that moves an operation, so the task's
+    # condition is derived in one statement under the task's row lock instead of by a scan.
+    ops_active = models.IntegerField(default=0)
+    ops_claimable = models.IntegerField(default=0)
+    ops_blocked = models.IntegerField(default=0)
+    current_attempt = models.ForeignKey(
+        "runtime.Attempt", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    cancellation = models.CharField(
+        max_length=16, choices=[(c, c) for c in Cancellation.ALL], default=Cancellation.NONE
+    )
+    paused = models.BooleanField(default=False)
+    deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["agent", "-created_at", "-id"], name="task_agent_recent"),
+            models.Index(fields=["-created_at", "-id"], name="task_recent"),
+            models.Index(fields=["condition", "outcome"], name="task_condition_outcome"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(condition__in=TaskCondition.ALL), name="task_condition_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(outcome__isnull=True) | models.Q(condition="terminal"),
+                name="task_outcome_only_when_terminal",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.name}"
+
+
+class Attempt(models.Model):
+    """One pursuit of a task. Recovery continues an attempt; only a new pursuit makes a new one."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_attempt_id, editable=False)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="attempt_number_unique")
+        ]

@@ -1,0 +1,354 @@
+"""Operations: one logical action each. Proposal, reads, and acceptance of an invocation's result.
+
+Acceptance is one transaction: result + status + invocation receipt + journal event (+ next
+outbox rows) commit together, fenced on lease generation and state version, or not at all.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from runtime.actors import Actor, task_scope
+from runtime.errors import (
+    IdempotencyKeyReused,
+    InvalidInput,
+    NotFound,
+    StaleLease,
+)
+from runtime.events import event_append_txn
+from runtime.hashing import params_hash
+from runtime.models import Invocation, Operation, Task
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
+from runtime.tasks import task_admission_check
+from runtime.tools import ToolFailure, adapter_for
+from runtime.transitions import OperationStatus
+
+S = OperationStatus
+
+MAX_ATTEMPTS_CEILING = 100
+RETRY_BASE_SECONDS = float(getattr(settings, "RETRY_BASE_SECONDS", 1.0))
+RETRY_CAP_SECONDS = float(getattr(settings, "RETRY_CAP_SECONDS", 60.0))
+
+
+@dataclass
+class OperationSpec:
+    kind: str = Operation.KIND_TOOL
+    tool: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    step: str = ""
+    intent_version: int = 1
+    idempotency_key: str | None = None
+    estimate: dict[str, float] = field(default_factory=dict)
+    executor: str = Operation.EXECUTOR_WORKER
+    max_attempts: int | None = None
+    signal: str = ""
+    timeout_seconds: int | None = None
+
+
+def operation_key_derive(task_id: str, step: str, resource: str, intent_version: int) -> str:
+    """The step-effect key domain: business instance + step + resource + intent version. Stable
+    across retries and workers; never regenerated to get past an ambiguous result."""
+    return f"{task_id}:{step}:{resource}:v{intent_version}"
+
+
+def _validate(spec: OperationSpec) -> None:
+    if spec.kind not in Operation.KINDS:
+        raise InvalidInput(f"kind must be one of {', '.join(Operation.KINDS)}")
+    if spec.executor not in Operation.EXECUTORS:
+        raise InvalidInput(f"executor must be one of {', '.join(Operation.EXECUTORS)}")
+    if not spec.step or len(spec.step) > 200:
+        raise InvalidInput("step is required (at most 200 characters)")
+    if spec.intent_version < 1:
+        raise InvalidInput("intent_version must be at least 1")
+    if spec.max_attempts is not None and not (1 <= spec.max_attempts <= MAX_ATTEMPTS_CEILING):
+        raise InvalidInput(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}")
+    if spec.idempotency_key is not None and not (0 < len(spec.idempotency_key) <= 300):
+        raise InvalidInput("idempotency_key must have 1 to 300 characters")
+    if spec.kind == Operation.KIND_TOOL and not spec.tool:
+        raise InvalidInput("tool is required for tool operations")
+
+
+def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation, bool]:
+    """Record an intended action and announce it to the workers; returns (operation, created).
+
+    The same idempotency key (given, or derived from task, step, tool and intent version) with the
+    same parameter hash returns the existing operation; with another hash it is a conflict.
+    Preconditions: the actor may see the task. Admission (cancelled, paused, terminal,
+    deadline) is checked under the task's row lock, so it cannot race a cancellation.
+    """
+    _validate(spec)
+    task = Task.objects.filter(task_scope(actor), pk=task_id).first()
+    if task is None:
+        raise NotFound("no such task")
+    tool_version = ""
+    max_attempts = spec.max_attempts
+    if spec.kind == Operation.KIND_TOOL:
+        adapter = adapter_for(spec.tool)
+        adapter.validate(spec.params)
+        tool_version = adapter.version
+        if max_attempts is None:
+            max_attempts = adapter.max_attempts
+    resource = spec.tool or spec.kind
+    key = spec.idempotency_key or operation_key_derive(
+        task.pk, spec.step, resource, spec.intent_version
+    )
+    digest = params_hash(spec.params)
+
+    existing = Operation.objects.filter(task=task, idempotency_key=key).first()
+    if existing is not None:
+        return _same_intent_or_conflict(existing, digest), False
+
+    now = timezone.now()
+    status = S.PENDING
+    try:
+        with transaction.atomic():
+            op = Operation.objects.create(
+                task=task,
+                attempt_id=task.current_attempt_id or "",
+                kind=spec.kind,
+                tool=spec.tool,
+                tool_version=tool_version,
+                step=spec.step,
+                intent_version=spec.intent_version,
+                params=spec.params,
+                params_hash=digest,
+                idempotency_key=key,
+                executor=spec.executor,
+                status=status,
+                max_attempts=max_attempts or 5,
+                estimate=spec.estimate,
+                signal=spec.signal,
+                timeout_seconds=spec.timeout_seconds,
+                deadline=task.deadline,
+            )
+            _, row = event_append_txn(
+                task_id=task.pk,
+                type="operation.proposed",
+                state_version=op.state_version,
+                now=now,
+                deltas=status_deltas(None, status),
+                operation_id=op.pk,
+                actor=actor.label,
+                data={"tool": spec.tool, "step": spec.step, "status": status, "kind": spec.kind},
+            )
+            # Read under the row lock the journal statement took: no cancel can slip in between.
+            task_admission_check(
+                condition=row.condition if row.outcome is None else "terminal",
+                cancellation=row.cancellation,
+                paused=row.paused,
+                deadline=row.deadline,
+                now=now,
+            )
+            if spec.executor == Operation.EXECUTOR_WORKER and status == S.PENDING:
+                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+    except IntegrityError:
+        # A concurrent proposal with the same key won the unique constraint.
+        existing = Operation.objects.filter(task=task, idempotency_key=key).first()
+        if existing is None:
+            raise
+        return _same_intent_or_conflict(existing, digest), False
+    return op, True
+
+
+def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:
+    if existing.params_hash != digest:
+        raise IdempotencyKeyReused(
+            "this idempotency key was used with different parameters",
+            operation=existing.pk,
+        )
+    return existing
+
+
+def operation_get(actor: Actor, operation_id: str) -> Operation:
+    """The operation if the actor may see its task; NotFound otherwise."""
+    op = Operation.objects.filter(task_scope(actor, "task__"), pk=operation_id).first()
+    if op is None:
+        raise NotFound("no such operation")
+    return op
+
+
+def operation_list(
+    actor: Actor,
+    *,
+    task_id: str | None = None,
+    status: str | None = None,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[Operation]:
+    if status and status not in S.ALL:
+        raise InvalidInput(f"status must be one of {', '.join(S.ALL)}")
+    qs: QuerySet[Operation] = Operation.objects.filter(task_scope(actor, "task__"))
+    if task_id:
+        qs = qs.filter(task_id=task_id)
+    if status:
+        qs = qs.filter(status=status)
+    if after is not None:
+        at, last_id = after
+        qs = qs.filter(created_at__gt=at) | qs.filter(created_at=at, id__gt=last_id)
+    return list(qs.order_by("created_at", "id")[:limit])
+
+
+def invocations_of(operation: Operation) -> list[Invocation]:
+    return list(operation.invocations.order_by("number"))
+
+
+# --- acceptance ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one invocation produced, as the worker (or agent) reports it."""
+
+    outcome: str  # succeeded | failed | unknown
+    result: Any = None
+    error_kind: str = ""  # transient | permanent (for failed)
+    message: str = ""
+    usage: dict[str, float] = field(default_factory=dict)
+    receipt: dict[str, Any] | None = None
+    provider_handle: str = ""
+
+
+def backoff_delay(attempts_used: int, base: float, cap: float, rng: random.Random) -> float:
+    """Full jitter: uniform over [0, min(cap, base * 2^(n-1))] for the n-th retry. Pure."""
+    envelope = min(cap, base * math.pow(2, max(0, attempts_used - 1)))
+    return rng.uniform(0, envelope)
+
+
+def operation_report(
+    operation_id: str,
+    *,
+    lease_generation: int,
+    state_version: int,
+    report: Report,
+    execution_id: str | None,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> Operation:
+    """Accept an invocation's report under the fencing token it was issued.
+
+    Preconditions: the reporter claimed the operation at ``lease_generation`` and read it at
+    ``state_version``. A stale or duplicate report raises StaleLease after recording the
+    rejected observation; nothing is changed.
+    """
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            op = Operation.objects.get(pk=operation_id)
+            if (
+                op.status != S.RUNNING
+                or op.lease_generation != lease_generation
+                or op.state_version != state_version
+            ):
+                raise StaleLease(
+                    "the lease generation or state version is not the current one",
+                    operation=operation_id,
+                )
+            _apply_report_txn(op, report, now=now, rng=rng or random.Random())
+    except StaleLease as exc:
+        rejection_record(
+            operation_id=operation_id,
+            kind="stale_completion",
+            lease_generation=lease_generation,
+            state_version=state_version,
+            execution_id=execution_id,
+            detail={"outcome": report.outcome, "reason": str(exc)},
+        )
+        raise
+    return op
+
+
+def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
+    generation = op.lease_generation
+    invocation_outcome: str
+    if report.outcome == "succeeded":
+        target, fields = S.SUCCEEDED, {"result": report.result, "error": None}
+        invocation_outcome = Invocation.OUTCOME_SUCCEEDED
+    elif report.outcome == "failed" and report.error_kind == ToolFailure.PERMANENT:
+        target = S.FAILED
+        fields = {"error": {"kind": "permanent", "message": report.message}}
+        invocation_outcome = Invocation.OUTCOME_FAILED_PERMANENT
+    else:
+        # Transient failure, or an unknown outcome of a tool whose repetition is safe.
+        transient = report.outcome == "failed"
+        invocation_outcome = (
+            Invocation.OUTCOME_FAILED_TRANSIENT if transient else Invocation.OUTCOME_UNKNOWN
+        )
+        error = {"kind": "transient" if transient else "unknown", "message": report.message}
+        delay = backoff_delay(op.attempts_used, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, rng)
+        next_at = now + timedelta(seconds=delay)
+        if op.attempts_used >= op.max_attempts:
+            target = S.FAILED
+            error["message"] = f"{report.message} (attempts exhausted: {op.attempts_used})"
+            fields = {"error": error}
+        elif op.deadline is not None and next_at >= op.deadline:
+            target = S.FAILED
+            error["message"] = f"{report.message} (no retry fits before the deadline)"
+            fields = {"error": error}
+        else:
+            target = S.RETRY_SCHEDULED
+            fields = {"error": error, "next_attempt_at": next_at, "lease_expires_at": None}
+    fields.setdefault("lease_expires_at", None)
+    operation_transition_txn(
+        op,
+        target,
+        now=now,
+        fields=fields,
+        lease_generation=generation,
+        data={
+            "lease_generation": generation,
+            "attempts_used": op.attempts_used,
+            **(
+                {"retry_at": fields["next_attempt_at"].isoformat()}
+                if "next_attempt_at" in fields
+                else {}
+            ),
+            **({"error": fields["error"]} if fields.get("error") else {}),
+        },
+    )
+    Invocation.objects.filter(operation=op, lease_generation=generation).update(
+        outcome=invocation_outcome,
+        finished_at=now,
+        receipt=report.receipt,
+        provider_handle=report.provider_handle[:300],
+    )
+    if target == S.RETRY_SCHEDULED:
+        outbox_enqueue_txn(
+            topic=TOPIC_EXECUTE,
+            operation_id=op.pk,
+            now=now,
+            available_at=fields["next_attempt_at"],
+        )
+
+
+def agent_report(op: Operation, *, lease_generation: int, report: Report) -> Operation:
+    """An agent's completion of an operation it claimed. A repeat of a completion that was
+    already accepted under the same generation returns the operation unchanged; any other
+    report under an old generation is refused (StaleLease) and recorded.
+
+    Preconditions: the actor may see the operation and is its executor.
+    """
+    current = Operation.objects.get(pk=op.pk)
+    if current.lease_generation == lease_generation and current.status != S.RUNNING:
+        settled = Invocation.objects.filter(
+            operation=current, lease_generation=lease_generation, outcome__isnull=False
+        ).exists()
+        if settled:
+            return current
+    operation_report(
+        op.pk,
+        lease_generation=lease_generation,
+        state_version=current.state_version,
+        report=report,
+        execution_id=current.execution_id,
+    )
+    return Operation.objects.get(pk=op.pk)

@@ -1,0 +1,83 @@
+"""Transactional outbox: work is announced by a row written with the state change that made it due;
+the relay publishes committed rows to Celery after commit, and the sweeper publishes again any row
+that no claim consumed in time. Losing Redis loses no work; duplicates are dropped by the claim."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime.models import OutboxMessage
+
+log = logging.getLogger(__name__)
+
+TOPIC_EXECUTE = "operation.execute"
+# Due within this many seconds: published at once with a countdown; later ones wait for the
+# sweeper, so no message sits in the broker long enough to meet its visibility timeout.
+_COUNTDOWN_LIMIT = 60.0
+
+
+def outbox_enqueue_txn(
+    *, topic: str, operation_id: str, now: datetime, available_at: datetime | None = None
+) -> OutboxMessage:
+    """Write an outbox row in the caller's transaction and publish it once that commits."""
+    message = OutboxMessage.objects.create(
+        topic=topic,
+        operation_id=operation_id,
+        created_at=now,
+        available_at=available_at or now,
+    )
+    transaction.on_commit(lambda: outbox_publish([message]))
+    return message
+
+
+def outbox_consume_txn(operation_id: str) -> None:
+    """The claim took the work: its announcements (and any republished copies) are spent."""
+    OutboxMessage.objects.filter(operation_id=operation_id).delete()
+
+
+def outbox_publish(messages: list[OutboxMessage]) -> int:
+    """Hand committed rows to the broker. A failure leaves the row for the sweeper."""
+    from runtime.worker import execute_operation
+
+    sent = 0
+    now = timezone.now()
+    for message in messages:
+        delay = (message.available_at - now).total_seconds()
+        if delay > _COUNTDOWN_LIMIT:
+            continue
+        try:
+            execute_operation.apply_async(
+                args=(message.operation_id, message.pk),
+                countdown=max(0.0, delay),
+            )
+            sent += 1
+        except Exception:
+            log.warning(
+                "outbox %s not published; the sweeper will retry", message.pk, exc_info=True
+            )
+    return sent
+
+
+def outbox_sweep(now: datetime | None = None, batch: int = 500) -> int:
+    """Publish again the rows due for longer than the grace period and still unconsumed."""
+    now = now or timezone.now()
+    grace = timedelta(seconds=settings.OUTBOX_GRACE_SECONDS)
+    with transaction.atomic():
+        qs = OutboxMessage.objects.filter(available_at__lte=now - grace).order_by("available_at")
+        if connection.features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        stale = list(qs[:batch])
+        if not stale:
+            return 0
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in stale]).update(
+            available_at=now, publish_count=F("publish_count") + 1, last_published_at=now
+        )
+    for message in stale:
+        message.available_at = now
+    return outbox_publish(stale)

@@ -1,0 +1,164 @@
+"""The one writer of status: a guarded UPDATE that must touch exactly one row, plus the journal
+event, in the caller's transaction.
+
+    UPDATE ... SET status=new, state_version=state_version+1, ...
+    WHERE id=? AND status=expected AND state_version=? [AND lease_generation=?]
+
+Zero rows is a rejection (``TransitionRejected``): the caller records the rejected observation;
+nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from runtime.errors import StaleLease, TransitionRejected
+from runtime.events import TaskRow, event_append_txn
+from runtime.models import Operation, RejectedObservation, Task
+from runtime.transitions import OPERATION, TASK, OperationStatus
+
+S = OperationStatus
+
+
+def status_deltas(source: str | None, target: str | None) -> tuple[int, int, int]:
+    """How a move from ``source`` to ``target`` changes a task's (active, claimable, blocked)
+    counts. ``None`` stands for "no operation" (creation)."""
+
+    def weight(status: str | None) -> tuple[int, int, int]:
+        if status is None:
+            return (0, 0, 0)
+        return (
+            1 if status in S.ACTIVE else 0,
+            1 if status in S.CLAIMABLE else 0,
+            1 if status in S.BLOCKED else 0,
+        )
+
+    before, after = weight(source), weight(target)
+    return (after[0] - before[0], after[1] - before[1], after[2] - before[2])
+
+
+@dataclass(frozen=True)
+class Transitioned:
+    name: str
+    state_version: int
+    task: TaskRow
+    event_seq: int
+
+
+def operation_transition_txn(
+    operation: Operation,
+    target: str,
+    *,
+    now: datetime,
+    fields: dict[str, Any] | None = None,
+    lease_generation: int | None = None,
+    actor: str = "",
+    data: dict[str, Any] | None = None,
+    event_type: str | None = None,
+) -> Transitioned:
+    """Move ``operation`` from the status and state version it was read with to ``target``.
+
+    Preconditions: inside a transaction; ``operation`` carries the status/state_version the
+    caller observed. With ``lease_generation`` the move is also fenced on the lease. Raises
+    ``InvalidTransition`` for an edge the table lacks and ``TransitionRejected`` (or
+    ``StaleLease`` when fenced) when the row has moved on; on success updates ``operation`` in
+    place.
+    """
+    name = OPERATION.check(operation.status, target)
+    guard: dict[str, Any] = {
+        "pk": operation.pk,
+        "status": operation.status,
+        "state_version": operation.state_version,
+    }
+    if lease_generation is not None:
+        guard["lease_generation"] = lease_generation
+    values = dict(fields or {})
+    touched = Operation.objects.filter(**guard).update(
+        status=target, state_version=F("state_version") + 1, updated_at=now, **values
+    )
+    if touched != 1:
+        err = StaleLease if lease_generation is not None else TransitionRejected
+        raise err(
+            f"operation {operation.pk} is no longer {operation.status} at version "
+            f"{operation.state_version}",
+            operation=operation.pk,
+        )
+    source = operation.status
+    operation.status = target
+    operation.state_version += 1
+    for key, value in values.items():
+        if not hasattr(value, "resolve_expression"):
+            setattr(operation, key, value)
+    payload = {"from": source, "to": target, "status": target}
+    payload.update(data or {})
+    event, task = event_append_txn(
+        task_id=operation.task_id,
+        type=event_type or f"operation.{name}",
+        state_version=operation.state_version,
+        now=now,
+        deltas=status_deltas(source, target),
+        operation_id=operation.pk,
+        actor=actor,
+        data=payload,
+    )
+    return Transitioned(name, operation.state_version, task, event.seq)
+
+
+def task_transition_txn(
+    task: Task,
+    *,
+    now: datetime,
+    fields: dict[str, Any],
+    event_type: str,
+    target_condition: str | None = None,
+    actor: str = "",
+    data: dict[str, Any] | None = None,
+) -> Transitioned:
+    """Change a task's own fields (condition, outcome, cancellation, pause) under its state
+    version. Preconditions as for operations; ``task`` carries what the caller observed."""
+    values = dict(fields)
+    if target_condition is not None and target_condition != task.condition:
+        TASK.check(task.condition, target_condition)
+        values["condition"] = target_condition
+    touched = Task.objects.filter(
+        pk=task.pk, state_version=task.state_version, condition=task.condition
+    ).update(state_version=F("state_version") + 1, updated_at=now, **values)
+    if touched != 1:
+        raise TransitionRejected(f"task {task.pk} changed since version {task.state_version}")
+    task.state_version += 1
+    for key, value in values.items():
+        setattr(task, key, value)
+    event, row = event_append_txn(
+        task_id=task.pk,
+        type=event_type,
+        state_version=task.state_version,
+        now=now,
+        actor=actor,
+        data=data,
+    )
+    return Transitioned(event_type, task.state_version, row, event.seq)
+
+
+def rejection_record(
+    *,
+    operation_id: str | None,
+    kind: str,
+    lease_generation: int | None = None,
+    state_version: int | None = None,
+    execution_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> RejectedObservation:
+    """Keep what a stale or duplicate actor tried, for diagnosis. Runs in its own (autocommit)
+    statement after the rejected transaction rolled back."""
+    return RejectedObservation.objects.create(
+        operation_id=operation_id,
+        kind=kind,
+        lease_generation=lease_generation,
+        state_version=state_version,
+        execution_id=execution_id,
+        detail=detail or {},
+    )

@@ -1,0 +1,141 @@
+"""Tasks: the requested work. Services (writes) and selectors (reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from runtime.actors import Actor, task_scope
+from runtime.errors import InvalidInput, NotFound, TaskRefused
+from runtime.events import event_append_txn
+from runtime.models import Attempt, Task
+from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
+
+MAX_DEADLINE_SECONDS = 366 * 24 * 3600
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    deadline_seconds: int | None = None
+    budget: dict[str, Any] | None = None
+    required_checks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def task_create(actor: Actor, spec: TaskSpec) -> Task:
+    """Create a task with its first attempt and its ``task.created`` event.
+
+    Preconditions: ``spec`` was parsed by the transport (types checked); domain limits are
+    checked here.
+    """
+    name = spec.name.strip()
+    if not name:
+        raise InvalidInput("name must not be empty")
+    if len(name) > 300:
+        raise InvalidInput("name is longer than 300 characters")
+    if spec.deadline_seconds is not None and not (
+        0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
+    ):
+        raise InvalidInput(f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}")
+    now = timezone.now()
+    with transaction.atomic():
+        task = Task.objects.create(
+            name=name,
+            input=spec.input,
+            agent_id=actor.agent_id if actor.kind == "agent" else None,
+            created_by_id=actor.user_id if actor.kind == "user" else None,
+            deadline=now + timedelta(seconds=spec.deadline_seconds)
+            if spec.deadline_seconds
+            else None,
+        )
+        attempt = Attempt.objects.create(task=task, number=1)
+        Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
+        task.current_attempt = attempt
+        event_append_txn(
+            task_id=task.pk,
+            type="task.created",
+            state_version=task.state_version,
+            now=now,
+            actor=actor.label,
+            data={"name": name, "attempt": attempt.number},
+        )
+        task.refresh_from_db()
+    return task
+
+
+def task_get(actor: Actor, task_id: str) -> Task:
+    """The task if the actor may see it; NotFound otherwise (never reveals existence)."""
+    task = (
+        Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
+    )
+    if task is None:
+        raise NotFound("no such task")
+    return task
+
+
+def task_list(
+    actor: Actor,
+    *,
+    condition: str | None = None,
+    outcome: str | None = None,
+    search: str | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[Task]:
+    """The actor's tasks, newest first, by keyset (``before`` = (created_at, id) of the last row
+    of the previous page): no OFFSET, no count."""
+    if condition and condition not in TaskCondition.ALL:
+        raise InvalidInput(f"condition must be one of {', '.join(TaskCondition.ALL)}")
+    if outcome and outcome not in TaskOutcome.ALL:
+        raise InvalidInput(f"outcome must be one of {', '.join(TaskOutcome.ALL)}")
+    qs: QuerySet[Task] = Task.objects.filter(task_scope(actor)).select_related("current_attempt")
+    if condition:
+        qs = qs.filter(condition=condition)
+    if outcome:
+        qs = qs.filter(outcome=outcome)
+    if search:
+        qs = qs.filter(name__icontains=search)
+    if before is not None:
+        at, last_id = before
+        qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
+    return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def task_pending_operation_ids(task: Task) -> list[str]:
+    from runtime.models import Operation
+    from runtime.transitions import OperationStatus as S
+
+    live = [s for s in S.ALL if s not in S.FINAL]
+    return list(
+        Operation.objects.filter(task=task, status__in=live)
+        .order_by("created_at")
+        .values_list("id", flat=True)[:100]
+    )
+
+
+def task_admission_check(
+    *, condition: str, cancellation: str, paused: bool, deadline: datetime | None, now: datetime
+) -> None:
+    """Raise TaskRefused with the contract's code when the task admits no new work. Pure."""
+    if cancellation != Cancellation.NONE:
+        raise TaskRefused("the task was cancelled", code="task_cancelled")
+    if condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
+    if paused:
+        raise TaskRefused("the task is paused", code="task_paused")
+    if deadline is not None and now >= deadline:
+        raise TaskRefused("the task's deadline has passed", code="deadline_exceeded")
+
+
+def task_counts() -> dict[tuple[str, str | None], int]:
+    """Tasks by (condition, outcome) for the dashboard: one grouped index scan."""
+    from django.db.models import Count
+
+    rows = Task.objects.values("condition", "outcome").annotate(n=Count("id")).order_by()
+    return {(r["condition"], r["outcome"]): r["n"] for r in rows}

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from runtime.errors import InvalidInput, UnknownTool
+
+
+class Contract:
+    """What the receiver promises when the same key arrives twice."""
+
+    PURE = "pure"  # no external effect: repeating is always safe
+    REPLAY = "replay"  # the receiver dedupes by key and returns the first result
+    LOOKUP = "lookup"  # the receiver can be asked what happened under a key
+    NONE = "none"  # no promise: an unconfirmed call goes to a person
+    ALL = (PURE, REPLAY, LOOKUP, NONE)
+
+
+@dataclass(frozen=True)
+class InvocationContext:
+    operation_id: str
+    task_id: str
+    step: str
+    idempotency_key: str
+    params: dict[str, Any]
+    # The lease generation travels to the receiver as a fencing token.
+    fencing_token: int
+    invocation_number: int
+    deadline: datetime | None
+    heartbeat: Callable[[], bool] = field(default=lambda: False)
+
+
+@dataclass
+class ToolResult:
+    result: Any
+    usage: dict[str, float] = field(default_factory=dict)
+    receipt: dict[str, Any] | None = None
+    provider_handle: str = ""
+
+
+class ToolFailure(Exception):
+    """A classified failure of one invocation."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    UNKNOWN = "unknown"  # the effect may have happened
+
+    def __init__(self, kind: str, message: str, *, receipt: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.receipt = receipt
+
+
+class ToolAdapter:
+    name: str = ""
+    version: str = "1"
+    # Versions of recorded operations this code can still run faithfully.
+    supported_versions: tuple[str, ...] = ("1",)
+    contract: str = Contract.PURE
+    max_attempts: int = 5
+    demo: bool = False
+
+    def validate(self, params: dict[str, Any]) -> None:
+        """Raise InvalidInput for parameters this tool can never accept."""
+
+    def requires_approval(self, params: dict[str, Any]) -> bool:
+        return False
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        raise NotImplementedError
+
+    def lookup(self, ctx: InvocationContext) -> ToolResult | None:
+        """Ask the receiver what happened under ``ctx.idempotency_key`` (lookup contract)."""
+        raise NotImplementedError
+
+    def supports(self, recorded_version: str) -> bool:
+        return recorded_version in self.supported_versions
+
+
+_REGISTRY: dict[str, ToolAdapter] = {}
+
+
+def register(adapter: ToolAdapter) -> ToolAdapter:
+    if not adapter.name:
+        raise ValueError("a tool adapter needs a name")
+    _REGISTRY[adapter.name] = adapter
+    return adapter
+
+
+def _load() -> None:
+    # Importing the modules registers their adapters.
+    from runtime.tools import demo  # noqa: F401
+
+
+def adapters() -> dict[str, ToolAdapter]:
+    _load()
+    return {name: a for name, a in _REGISTRY.items() if settings.DEMO_TOOLS or not a.demo}
+
+
+def adapter_for(name: str) -> ToolAdapter:
+    adapter = adapters().get(name)
+    if adapter is None:
+        raise UnknownTool(f"no tool named {name!r}", tool=name)
+    return adapter
+
+
+def require_mapping(params: Any) -> dict[str, Any]:
+    if not isinstance(params, dict):
+        raise InvalidInput("params must be a JSON object")
+    return params

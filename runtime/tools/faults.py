@@ -1,0 +1,80 @@
+"""Fault knobs of the demo tools (``"_fault"`` in params), so recovery is exercised for real: a
+crash ends the worker process with ``os._exit``, exactly as a killed worker would."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from runtime.errors import InvalidInput
+from runtime.tools.base import InvocationContext, ToolFailure
+
+KNOBS = ("permanent", "crash_before_effect", "crash_after_effect", "hang", "unknown")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str = ""
+    count: int = 0
+
+    def active(self, ctx: InvocationContext) -> bool:
+        if not self.kind:
+            return False
+        if self.kind == "transient":
+            return ctx.invocation_number <= self.count
+        if self.kind == "permanent":
+            return True
+        # The remaining knobs strike on the first invocation only.
+        return ctx.invocation_number == 1
+
+
+def fault_parse(params: dict[str, object]) -> Fault:
+    raw = params.get("_fault")
+    if raw in (None, ""):
+        return Fault()
+    if not isinstance(raw, str):
+        raise InvalidInput("_fault must be a string")
+    if raw.startswith("transient:"):
+        try:
+            count = int(raw.split(":", 1)[1])
+        except ValueError:
+            raise InvalidInput("_fault transient:N needs a whole number N") from None
+        if count < 0:
+            raise InvalidInput("_fault transient:N needs N >= 0")
+        return Fault("transient", count)
+    if raw not in KNOBS:
+        raise InvalidInput(f"unknown _fault {raw!r}")
+    return Fault(raw)
+
+
+def before_effect(ctx: InvocationContext) -> Fault:
+    """Apply the knobs that strike before the receiver is reached; return the fault for the
+    after-effect phase."""
+    fault = fault_parse(ctx.params)
+    if not fault.active(ctx):
+        return fault
+    if fault.kind == "transient":
+        raise ToolFailure(
+            ToolFailure.TRANSIENT, f"injected transient failure #{ctx.invocation_number}"
+        )
+    if fault.kind == "permanent":
+        raise ToolFailure(ToolFailure.PERMANENT, "injected permanent failure")
+    if fault.kind == "crash_before_effect":
+        os._exit(137)
+    return fault
+
+
+def after_effect(ctx: InvocationContext, fault: Fault) -> None:
+    """Apply the knobs that strike after the receiver committed."""
+    if not fault.active(ctx):
+        return
+    if fault.kind == "crash_after_effect":
+        os._exit(137)
+    if fault.kind == "unknown":
+        raise ToolFailure(ToolFailure.UNKNOWN, "injected lost response after the effect")
+    if fault.kind == "hang":
+        # Block past the lease's expiry (without heartbeating), then try to complete late.
+        time.sleep(settings.LEASE_SECONDS * 2 + 1)

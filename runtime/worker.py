@@ -1,0 +1,55 @@
+"""Celery tasks. Thin: each delegates to a runtime service. Retrying is owned by the runtime
+(operation_report schedules retries through the outbox), so Celery's autoretry is never used."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_process_init, worker_process_shutdown
+from django.db import connections
+
+log = logging.getLogger(__name__)
+_heartbeat_stop = threading.Event()
+
+
+@worker_process_init.connect
+def _child_started(**_: Any) -> None:
+    # Connections inherited across fork break (celery #5483): every child opens its own.
+    for conn in connections.all(initialized_only=True):
+        conn.close()
+    from runtime.executions import execution_current, heartbeat_thread_start
+
+    try:
+        execution_id = execution_current(label="celery")
+        heartbeat_thread_start(execution_id, _heartbeat_stop)
+    except Exception:
+        log.warning("could not register this worker process", exc_info=True)
+
+
+@worker_process_shutdown.connect
+def _child_stopping(**_: Any) -> None:
+    _heartbeat_stop.set()
+    from runtime.executions import _current, execution_stop
+
+    for execution_id in list(_current.values()):
+        try:
+            execution_stop(execution_id)
+        except Exception:
+            log.debug("could not mark execution stopped", exc_info=True)
+
+
+@shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True)
+def execute_operation(operation_id: str, outbox_id: int | None = None) -> str:
+    from runtime.executor import operation_execute
+
+    return operation_execute(operation_id)
+
+
+@shared_task(name="runtime.sweep", ignore_result=True)
+def sweep() -> dict[str, int]:
+    from runtime.sweeper import sweep_once
+
+    return sweep_once()

@@ -1,0 +1,89 @@
+// The live layer: a websocket follows the journal from the page's cursor; each event is appended
+// to the timeline (as text, never HTML) and the page's server-rendered fragments are re-fetched.
+// Pushes are hints: on reconnect the socket resumes after the last event seen, so nothing is
+// missed and nothing is shown twice.
+(function () {
+  "use strict";
+
+  function setStatus(state) {
+    var el = document.getElementById("live-status");
+    if (!el) return;
+    el.dataset.state = state;
+    el.textContent = state === "live" ? "live" : state === "connecting" ? "connecting…" : "offline";
+  }
+
+  var pending = {};
+  function refresh(ids) {
+    ids.forEach(function (id) {
+      if (pending[id]) { pending[id] = "again"; return; }
+      pending[id] = true;
+      var el = document.getElementById(id);
+      if (!el) return;
+      fetch(el.dataset.fragment, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) { if (html !== null) el.innerHTML = html; })
+        .finally(function () {
+          var again = pending[id] === "again";
+          pending[id] = false;
+          if (again) refresh([id]);
+        });
+    });
+  }
+
+  function connect(path, cursorRef, onMessage) {
+    var delay = 500;
+    function open() {
+      setStatus("connecting");
+      var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      var ws = new WebSocket(scheme + location.host + path + "?after=" + cursorRef());
+      ws.onopen = function () { delay = 500; setStatus("live"); };
+      ws.onmessage = function (m) { onMessage(JSON.parse(m.data)); };
+      ws.onclose = function (ev) {
+        setStatus("offline");
+        if (ev.code >= 4400 && ev.code < 4500) return;  // refused: do not hammer the server
+        setTimeout(open, delay);
+        delay = Math.min(delay * 2, 10000);
+      };
+    }
+    open();
+  }
+
+  function timelineItem(e) {
+    var li = document.createElement("li");
+    li.dataset.seq = e.id;
+    var seq = document.createElement("span"); seq.className = "mono seq"; seq.textContent = "#" + e.id;
+    var t = document.createElement("time"); t.dateTime = e.at; t.textContent = e.at;
+    var ty = document.createElement("strong"); ty.className = "etype"; ty.textContent = e.type;
+    li.append(seq, " ", t, " ", ty);
+    if (e.operation) { var op = document.createElement("span"); op.className = "mono"; op.textContent = e.operation; li.append(" ", op); }
+    if (e.actor) { var a = document.createElement("span"); a.className = "muted"; a.textContent = "by " + e.actor; li.append(" ", a); }
+    if (e.data && e.data.to) { var b = document.createElement("span"); b.className = "badge st-" + e.data.to; b.textContent = e.data.to; li.append(" → ", b); }
+    if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; r.textContent = e.data.reason; li.append(" ", r); }
+    return li;
+  }
+
+  window.Console = {
+    followTask: function (taskId, lastSeq, timelineId, fragmentIds) {
+      var last = lastSeq;
+      var timeline = document.getElementById(timelineId);
+      connect("/ws/tasks/" + encodeURIComponent(taskId) + "/", function () { return last; }, function (msg) {
+        if (msg.type !== "event") return;
+        var seq = parseInt(msg.event.id, 10);
+        if (seq <= last) return;  // already shown
+        last = seq;
+        timeline.dataset.lastSeq = String(last);
+        timeline.appendChild(timelineItem(msg.event));
+        refresh(fragmentIds);
+      });
+    },
+    followFeed: function (position, fragmentIds) {
+      var last = position;
+      connect("/ws/feed/", function () { return last; }, function (msg) {
+        if (msg.type !== "hint") return;
+        last = Math.max(last, msg.position);
+        refresh(fragmentIds);
+      });
+    },
+    refresh: refresh
+  };
+})();
