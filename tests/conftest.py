@@ -1,0 +1,235 @@
+"""Shared fixtures: the suite runs against real PostgreSQL and Redis (``make test`` sets
+DATABASE_URL and REDIS_URL), starts real Celery worker processes and a real daphne server against
+the test database, and drives a real Chromium."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("DATABASE_URL"):
+        skip = pytest.mark.skip(reason="needs PostgreSQL: run through `make test`")
+        for item in items:
+            if "postgres" in item.keywords or "workers" in item.keywords:
+                item.add_marker(skip)
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> Any:
+    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_database_url() -> str:
+    """The URL of the database this test session uses (pytest-django's test database)."""
+    conf = connection.settings_dict
+    user = quote(conf.get("USER") or "")
+    password = quote(conf.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = conf.get("HOST") or "127.0.0.1"
+    port = conf.get("PORT") or "5432"
+    return f"postgres://{auth}{host}:{port}/{conf['NAME']}"
+
+
+def service_env(**overrides: Any) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "COV_")) and k != "DJANGO_SETTINGS_MODULE"
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DATABASE_URL": test_database_url(),
+            "REDIS_URL": os.environ["REDIS_URL"],
+            "PYTHONUNBUFFERED": "1",
+            "CONN_MAX_AGE": "0",
+        }
+    )
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
+
+
+def redis_flush() -> None:
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+
+
+@dataclass
+class Worker:
+    """One real ``celery worker`` process (main) with its prefork children."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    name: str
+
+    def children(self) -> list[int]:
+        try:
+            out = subprocess.run(
+                ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False
+            ).stdout
+        except FileNotFoundError:  # pragma: no cover
+            return []
+        return [int(p) for p in out.split()]
+
+    def kill_children(self) -> list[int]:
+        pids = self.children()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                for pid in self.children():
+                    os.kill(pid, signal.SIGKILL)
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text()[-4000:]
+        except OSError:
+            return ""
+
+
+@dataclass
+class WorkerPool:
+    tmp: Path
+    workers: list[Worker] = field(default_factory=list)
+
+    def start(self, count: int = 1, concurrency: int = 1, **env: Any) -> list[Worker]:
+        from runtime.models import Execution
+
+        started = []
+        for _ in range(count):
+            n = len(self.workers) + 1
+            log = self.tmp / f"worker-{n}.log"
+            cmd = [
+                sys.executable, "-m", "celery", "-A", "console", "worker",
+                "--pool", "prefork", "--concurrency", str(concurrency),
+                "-Q", settings.CELERY_QUEUE, "--loglevel", "INFO",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-n", f"test-{n}-{os.getpid()}@%h",
+            ]  # fmt: skip
+            env.setdefault("LEASE_SECONDS", 30)
+            with log.open("wb") as fh:
+                proc = subprocess.Popen(
+                    cmd, cwd=ROOT, env=service_env(**env), stdout=fh, stderr=subprocess.STDOUT
+                )
+            worker = Worker(proc, log, f"test-{n}")
+            self.workers.append(worker)
+            started.append(worker)
+        for worker in started:
+            # Ready once every prefork child registered its Execution.
+            wait_for(
+                lambda w=worker: (
+                    len(w.children()) >= concurrency
+                    and Execution.objects.filter(pid__in=w.children()).count() >= concurrency
+                ),
+                timeout=60,
+                what=f"worker {worker.name} to start:\n{worker.tail()}",
+            )
+        return started
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+@pytest.fixture
+def workers(transactional_db: None, tmp_path: Path) -> Iterator[WorkerPool]:
+    """Start real Celery worker processes against the test database and Redis."""
+    redis_flush()
+    pool = WorkerPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+        redis_flush()
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@pytest.fixture
+def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
+    """A real daphne (ASGI: HTTP + websockets) serving the app on the test database."""
+    port = free_port()
+    log = tmp_path / "daphne.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "console.asgi:application",
+            ],  # fmt: skip
+            cwd=ROOT,
+            env=service_env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except Exception:
+            return False
+
+    try:
+        wait_for(up, timeout=60, what=f"daphne to serve:\n{log.read_text()[-3000:]}")
+        yield Server(url, proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,63 @@
+"""Factories for tests: agents with tokens, console users with roles, tasks, operations."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework.test import APIClient
+
+from runtime.accounts import console_user_create
+from runtime.actors import Actor, actor_for_agent, actor_for_user
+from runtime.models import Operation, Task
+from runtime.operations import OperationSpec, operation_propose
+from runtime.tasks import TaskSpec, task_create
+from runtime.tokens import token_issue_for_agent, token_issue_for_user
+
+_n = itertools.count(1)
+PASSWORD = "correct-horse-battery"
+
+
+@dataclass
+class Principal:
+    actor: Actor
+    token: str
+
+    def client(self) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        return client
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def agent(name: str | None = None) -> Principal:
+    issued = token_issue_for_agent(name or f"agent-{next(_n)}")
+    assert issued.token.agent is not None
+    return Principal(actor_for_agent(issued.token.agent.pk, issued.token.agent.name), issued.secret)
+
+
+def console_user(role: str, username: str | None = None) -> Principal:
+    username = username or f"{role}-{next(_n)}"
+    user = console_user_create(username, role, PASSWORD)
+    issued = token_issue_for_user(username)
+    return Principal(actor_for_user(user.pk, username), issued.secret)
+
+
+def task(owner: Principal | Actor, name: str = "a task", **spec: Any) -> Task:
+    actor = owner.actor if isinstance(owner, Principal) else owner
+    return task_create(actor, TaskSpec(name=name, **spec))
+
+
+def operation(
+    owner: Principal | Actor, task_obj: Task, *, step: str | None = None, **spec: Any
+) -> Operation:
+    actor = owner.actor if isinstance(owner, Principal) else owner
+    spec.setdefault("tool", "demo.echo")
+    op, _ = operation_propose(
+        actor, task_obj.pk, OperationSpec(step=step or f"step-{next(_n)}", **spec)
+    )
+    return op
