@@ -207,7 +207,7 @@ def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
                 "-p",
                 str(port),
                 "console.asgi:application",
-            ],  # fmt: skip
+            ],
             cwd=ROOT,
             env=service_env(),
             stdout=fh,
