@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("CONSOLE_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -26,9 +28,18 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def _required(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise ImproperlyConfigured(f"CONSOLE_ENV=production needs {name} in the environment")
+    return value
+
+
 if PRODUCTION:
-    SECRET_KEY = os.environ["SECRET_KEY"]
-    ALLOWED_HOSTS = [h.strip() for h in os.environ["ALLOWED_HOSTS"].split(",") if h.strip()]
+    SECRET_KEY = _required("SECRET_KEY")
+    ALLOWED_HOSTS = [h.strip() for h in _required("ALLOWED_HOSTS").split(",") if h.strip()]
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured("ALLOWED_HOSTS names no host")
     DEBUG = False
 else:
     SECRET_KEY = os.environ.get("SECRET_KEY", "dev-insecure-key-not-for-production-use-0123456789")
@@ -152,6 +163,9 @@ WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.
 OUTBOX_GRACE_SECONDS = _env_int("OUTBOX_GRACE_SECONDS", max(2 * SWEEP_SECONDS, 5))
 CELERY_QUEUE = os.environ.get("CELERY_QUEUE", "operations")
+# Retries: full-jitter exponential backoff, uniform over [0, min(cap, base * 2^(n-1))].
+RETRY_BASE_SECONDS = float(os.environ.get("RETRY_BASE_SECONDS") or 1.0)
+RETRY_CAP_SECONDS = float(os.environ.get("RETRY_CAP_SECONDS") or 60.0)
 # How long Redis keeps an unacknowledged message before delivering it again; duplicates are
 # harmless (the claim is the dedupe), so this only bounds how long a lost worker's message waits.
 BROKER_VISIBILITY_TIMEOUT = _env_int("BROKER_VISIBILITY_TIMEOUT", 300)
@@ -170,7 +184,8 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# A container image collects static files at build time, outside the (mounted) data directory.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or DATA_DIR / "staticfiles")
 # Outside production, serve static files straight from static/ (no collectstatic step).
 WHITENOISE_USE_FINDERS = not PRODUCTION
 WHITENOISE_AUTOREFRESH = not PRODUCTION

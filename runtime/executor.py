@@ -10,7 +10,7 @@ from django.db import close_old_connections
 
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
-from runtime.leases import Lease, lease_heartbeat, operation_claim
+from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
 from runtime.models import Operation
 from runtime.operations import Report, operation_report
 from runtime.tools import InvocationContext, ToolFailure, adapter_for
@@ -22,7 +22,9 @@ def operation_execute(operation_id: str) -> str:
     """Run one delivery of an operation; returns what happened, for logs and tests."""
     execution_id = execution_current()
     lease = operation_claim(operation_id, execution_id=execution_id)
-    if lease is None:
+    if isinstance(lease, Refusal):
+        if lease.operation_exists:
+            claim_refused_record(operation_id, execution_id, lease.reason)
         return "nothing_to_claim"
     op = Operation.objects.get(pk=operation_id)
     report = _invoke(op, lease)

@@ -26,20 +26,37 @@ class Replay:
     body: Any
 
 
+def _valid_key(key: str) -> bool:
+    # The draft's key is a structured-field string: printable ASCII. Anything else (a NUL above
+    # all) would fail in the database instead of being refused here.
+    return 0 < len(key) <= 255 and all(" " <= ch <= "~" for ch in key)
+
+
 def request_begin(
     *, principal: str, key: str, method: str, path: str, body_hash: str
 ) -> IdempotentRequest | Replay:
     """Claim the key for a first request, or return the stored response to replay."""
-    if not key or len(key) > 255:
-        raise InvalidInput("Idempotency-Key must have 1 to 255 characters")
-    try:
-        with transaction.atomic():
-            return IdempotentRequest.objects.create(
-                principal=principal, key=key, method=method, path=path, body_hash=body_hash
-            )
-    except IntegrityError:
-        pass
-    existing = IdempotentRequest.objects.get(principal=principal, key=key)
+    if not _valid_key(key):
+        raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
+    # A holder can free the key between our failed insert and our read (its request was
+    # refused): then the key is free again and we try to claim it once more.
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                return IdempotentRequest.objects.create(
+                    principal=principal, key=key, method=method, path=path, body_hash=body_hash
+                )
+        except IntegrityError:
+            pass
+        existing = IdempotentRequest.objects.filter(principal=principal, key=key).first()
+        if existing is not None:
+            return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
+    raise RequestInProgress("a request with this Idempotency-Key is still in progress")
+
+
+def _replay_or_refuse(
+    existing: IdempotentRequest, *, method: str, path: str, body_hash: str
+) -> IdempotentRequest | Replay:
     if existing.body_hash != body_hash or existing.path != path or existing.method != method:
         raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
     if existing.status == IdempotentRequest.STATUS_DONE:

@@ -23,6 +23,14 @@ S = OperationStatus
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why a delivery claimed nothing (duplicate, late, not due, or the task stopped it)."""
+
+    reason: str
+    operation_exists: bool = True
+
+
+@dataclass(frozen=True)
 class Lease:
     operation_id: str
     lease_generation: int
@@ -41,9 +49,9 @@ def operation_claim(
     execution_id: str,
     executor: str = Operation.EXECUTOR_WORKER,
     now: datetime | None = None,
-) -> Lease | None:
-    """Claim a claimable operation for ``execution_id``; None when there is nothing to claim (a
-    duplicate or late delivery, or work that is not due). The claim consumes the operation's
+) -> Lease | Refusal:
+    """Claim a claimable operation for ``execution_id``; a Refusal when there is nothing to claim
+    (a duplicate or late delivery, or work that is not due). The claim consumes the operation's
     outbox rows. Work whose task no longer admits it is settled instead of claimed.
 
     Preconditions: none; safe to call any number of times concurrently (exactly one wins).
@@ -51,22 +59,26 @@ def operation_claim(
     now = now or timezone.now()
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
-        if op is None or op.status not in S.CLAIMABLE or op.executor != executor:
-            return None
+        if op is None:
+            return Refusal("no such operation", operation_exists=False)
+        if op.status not in S.CLAIMABLE:
+            return Refusal(f"operation is {op.status} (duplicate or late delivery)")
+        if op.executor != executor:
+            return Refusal(f"operation is executed by the {op.executor}")
         if op.next_attempt_at is not None and op.next_attempt_at > now:
-            return None
+            return Refusal("the retry is not due yet")
         task = op.task
         if task.cancellation != Cancellation.NONE:
             _settle_txn(op, S.CANCELLED, now, "the task was cancelled")
-            return None
+            return Refusal("the task was cancelled")
         if task.paused:
             # Paused work is not announced again until resume.
             outbox_consume_txn(op.pk)
-            return None
+            return Refusal("the task is paused")
         deadline = op.deadline or task.deadline
         if deadline is not None and now >= deadline:
             _settle_txn(op, S.EXPIRED, now, "the deadline passed before the work could start")
-            return None
+            return Refusal("the deadline passed")
         if op.kind == Operation.KIND_TOOL and executor == Operation.EXECUTOR_WORKER:
             adapter = adapter_for(op.tool) if _tool_known(op.tool) else None
             if adapter is None or not adapter.supports(op.tool_version):
@@ -83,7 +95,7 @@ def operation_claim(
                     data={"reason": reason},
                 )
                 outbox_consume_txn(op.pk)
-                return None
+                return Refusal(reason)
         if op.attempts_used >= op.max_attempts:
             operation_transition_txn(
                 op,
@@ -92,7 +104,7 @@ def operation_claim(
                 fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
             )
             outbox_consume_txn(op.pk)
-            return None
+            return Refusal("attempts exhausted")
         generation = op.lease_generation + 1
         number = op.attempts_used + 1
         expires = now + timedelta(seconds=lease_seconds())
@@ -112,7 +124,7 @@ def operation_claim(
                 data={"lease_generation": generation, "execution": execution_id, "attempt": number},
             )
         except TransitionRejected:
-            return None
+            return Refusal("another claimant won")
         op.lease_generation = generation
         op.attempts_used = number
         Invocation.objects.create(
@@ -218,7 +230,8 @@ def agent_claim(operation_id: str, execution_id: str) -> Lease:
     lease = operation_claim(
         operation_id, execution_id=execution_id, executor=Operation.EXECUTOR_AGENT
     )
-    if lease is None:
-        claim_refused_record(operation_id, execution_id, "not claimable")
-        raise NotClaimable("the operation is not claimable now", operation=operation_id)
+    if isinstance(lease, Refusal):
+        if lease.operation_exists:
+            claim_refused_record(operation_id, execution_id, lease.reason)
+        raise NotClaimable(f"the operation is not claimable now: {lease.reason}")
     return lease

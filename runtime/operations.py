@@ -36,8 +36,6 @@ from runtime.transitions import OperationStatus
 S = OperationStatus
 
 MAX_ATTEMPTS_CEILING = 100
-RETRY_BASE_SECONDS = float(getattr(settings, "RETRY_BASE_SECONDS", 1.0))
-RETRY_CAP_SECONDS = float(getattr(settings, "RETRY_CAP_SECONDS", 60.0))
 
 
 @dataclass
@@ -267,6 +265,18 @@ def operation_report(
     return op
 
 
+def _max_elapsed(op: Operation) -> datetime | None:
+    """The end of the retry time allowance, counted from the first attempt (stored, so a
+    replacement worker never gets a fresh allowance)."""
+    from runtime.tools import adapters
+
+    adapter = adapters().get(op.tool)
+    seconds = adapter.max_elapsed_seconds if adapter is not None else None
+    if seconds is None or op.first_attempt_at is None:
+        return None
+    return op.first_attempt_at + timedelta(seconds=seconds)
+
+
 def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
     generation = op.lease_generation
     invocation_outcome: str
@@ -284,8 +294,11 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
             Invocation.OUTCOME_FAILED_TRANSIENT if transient else Invocation.OUTCOME_UNKNOWN
         )
         error = {"kind": "transient" if transient else "unknown", "message": report.message}
-        delay = backoff_delay(op.attempts_used, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, rng)
+        delay = backoff_delay(
+            op.attempts_used, settings.RETRY_BASE_SECONDS, settings.RETRY_CAP_SECONDS, rng
+        )
         next_at = now + timedelta(seconds=delay)
+        elapsed_limit = _max_elapsed(op)
         if op.attempts_used >= op.max_attempts:
             target = S.FAILED
             error["message"] = f"{report.message} (attempts exhausted: {op.attempts_used})"
@@ -293,6 +306,10 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         elif op.deadline is not None and next_at >= op.deadline:
             target = S.FAILED
             error["message"] = f"{report.message} (no retry fits before the deadline)"
+            fields = {"error": error}
+        elif elapsed_limit is not None and next_at >= elapsed_limit:
+            target = S.FAILED
+            error["message"] = f"{report.message} (retry time allowance used up)"
             fields = {"error": error}
         else:
             target = S.RETRY_SCHEDULED

@@ -1,12 +1,18 @@
-"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows. The database
-says what is due; the broker is never the record."""
+"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows, and in
+embedded mode the broker's spent messages. The database says what is due; the broker is never
+the record."""
 
 from __future__ import annotations
 
+import logging
+
+from django.conf import settings
 from django.utils import timezone
 
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
+
+log = logging.getLogger(__name__)
 
 
 def sweep_once() -> dict[str, int]:
@@ -14,4 +20,24 @@ def sweep_once() -> dict[str, int]:
     return {
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
+        "broker_purged": embedded_broker_purge(),
     }
+
+
+def embedded_broker_purge() -> int:
+    """kombu's SQLAlchemy transport never deletes delivered messages (it only hides them), so the
+    embedded broker's file would grow forever (PITFALLS.md)."""
+    url = str(settings.CELERY_BROKER_URL)
+    if not settings.EMBEDDED_BROKER or not url.startswith("sqla+"):
+        return 0
+    try:
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(url[len("sqla+") :])
+        with engine.begin() as conn:
+            result = conn.execute(text("DELETE FROM kombu_message WHERE visible = 0"))
+        engine.dispose()
+        return int(result.rowcount or 0)
+    except Exception:
+        log.debug("embedded broker purge skipped", exc_info=True)
+        return 0

@@ -167,6 +167,25 @@ class WorkerPool:
             )
         return started
 
+    def start_beat(self, **env: Any) -> Worker:
+        """Start ``celery beat``: the sweeper runs every SWEEP_SECONDS as in production."""
+        log = self.tmp / f"beat-{len(self.workers) + 1}.log"
+        schedule = self.tmp / f"beat-schedule-{len(self.workers) + 1}"
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "celery", "-A", "console", "beat"),
+                    *("--loglevel", "INFO", "--schedule", str(schedule)),
+                ],
+                cwd=ROOT,
+                env=service_env(**env),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
+        beat = Worker(proc, log, "beat")
+        self.workers.append(beat)
+        return beat
+
     def stop_all(self) -> None:
         for worker in self.workers:
             worker.stop()
@@ -190,46 +209,109 @@ class Server:
     proc: subprocess.Popen[bytes]
     log: Path
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
 
-@pytest.fixture
-def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
-    """A real daphne (ASGI: HTTP + websockets) serving the app on the test database."""
+
+def http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except Exception:
+        return False
+
+
+def server_start(tmp_path: Path, **env: Any) -> Server:
+    """Start a real daphne (ASGI: HTTP + websockets) on the test database."""
     port = free_port()
-    log = tmp_path / "daphne.log"
+    log = tmp_path / f"daphne-{port}.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
+                *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
                 "console.asgi:application",
             ],
             cwd=ROOT,
-            env=service_env(),
+            env=service_env(**env),
             stdout=fh,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except Exception:
-            return False
-
+    server = Server(f"http://127.0.0.1:{port}", proc, log)
     try:
-        wait_for(up, timeout=60, what=f"daphne to serve:\n{log.read_text()[-3000:]}")
-        yield Server(url, proc, log)
+        wait_for(
+            lambda: http_ok(f"{server.url}/healthz"),
+            timeout=60,
+            what=f"daphne to serve:\n{log.read_text()[-3000:]}",
+        )
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture
+def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
+    """A real daphne serving the app on the test database."""
+    srv = server_start(tmp_path)
+    try:
+        yield srv
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        srv.stop()
+
+
+@dataclass
+class PrivateRedis:
+    """A Redis server of the test's own, so a test can stop and restart its broker without
+    disturbing anything else on the machine."""
+
+    port: int
+    dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *("redis-server", "--bind", "127.0.0.1", "--port", str(self.port)),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.dir)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except Exception:
+                return False
+
+        wait_for(up, timeout=20, what="private redis to start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    instance = PrivateRedis(free_port(), tmp_path)
+    instance.start()
+    try:
+        yield instance
+    finally:
+        instance.stop()

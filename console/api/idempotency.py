@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from console.api.auth import actor_of
+from runtime.errors import DomainError
 from runtime.hashing import canonical_json
 from runtime.idempotent_requests import Replay, request_abandon, request_begin, request_finish_txn
 
@@ -39,46 +40,52 @@ def _body_hash(request: Request) -> str:
 
 
 def idempotent(handler: Handler) -> Handler:
-    """Wrap a DRF POST handler. Without the header the handler runs in a durable transaction of
-    its own; with it, the first response is stored and replayed."""
+    """Wrap a DRF POST handler in the request's durable transaction. With the header, the first
+    response is stored in that transaction and replayed later.
+
+    A domain refusal still commits: services roll back their own writes (each runs in its own
+    atomic block), so what remains is only what they chose to keep, such as the record of a
+    rejected stale report. The refusal is then raised to the error mapping, and it does not
+    burn the idempotency key.
+    """
 
     @functools.wraps(handler)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = request.headers.get("Idempotency-Key")
-        if key is None:
-            with transaction.atomic(durable=True):
-                return handler(self, request, *args, **kwargs)
-        begun = request_begin(
-            principal=actor_of(request).key,
-            key=key,
-            method=request.method or "POST",
-            path=request.path,
-            body_hash=_body_hash(request),
-        )
-        if isinstance(begun, Replay):
-            response = Response(begun.body, status=begun.status)
-            response["Idempotent-Replayed"] = "true"
-            return response
+        begun = None
+        if key is not None:
+            begun = request_begin(
+                principal=actor_of(request).key,
+                key=key,
+                method=request.method or "POST",
+                path=request.path,
+                body_hash=_body_hash(request),
+            )
+            if isinstance(begun, Replay):
+                replay = Response(begun.body, status=begun.status)
+                replay["Idempotent-Replayed"] = "true"
+                return replay
+        refusal: DomainError | None = None
         try:
             with transaction.atomic(durable=True):
-                response = handler(self, request, *args, **kwargs)
-                if 200 <= response.status_code < 300:
-                    body = json.loads(JSONRenderer().render(response.data) or b"null")
-                    request_finish_txn(begun, response.status_code, body)
+                try:
+                    response = handler(self, request, *args, **kwargs)
+                except DomainError as exc:
+                    refusal = exc
                 else:
-                    raise _Refused(response)
-        except _Refused as refused:
-            request_abandon(begun)
-            return refused.response
+                    if begun is not None and 200 <= response.status_code < 300:
+                        body = json.loads(JSONRenderer().render(response.data) or b"null")
+                        request_finish_txn(begun, response.status_code, body)
         except BaseException:
-            request_abandon(begun)
+            if begun is not None:
+                request_abandon(begun)
             raise
+        if refusal is not None:
+            if begun is not None:
+                request_abandon(begun)
+            raise refusal
+        if begun is not None and not 200 <= response.status_code < 300:
+            request_abandon(begun)
         return response
 
     return wrapper
-
-
-class _Refused(Exception):
-    def __init__(self, response: Response) -> None:
-        super().__init__("refused")
-        self.response = response

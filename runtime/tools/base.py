@@ -63,6 +63,8 @@ class ToolAdapter:
     supported_versions: tuple[str, ...] = ("1",)
     contract: str = Contract.PURE
     max_attempts: int = 5
+    # Retries stop once this long has passed since the first attempt.
+    max_elapsed_seconds: float | None = 3600.0
     demo: bool = False
 
     def validate(self, params: dict[str, Any]) -> None:
