@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "runtime",
+    "runtime.sandbox",
     "console",
 ]
 

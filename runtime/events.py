@@ -34,6 +34,7 @@ class TaskRow:
     cancellation: str
     paused: bool
     deadline: datetime | None
+    ops_active: int = 0
 
 
 _COND_SQL = (
@@ -55,7 +56,8 @@ UPDATE runtime_task SET
   condition = {_COND_SQL},
   updated_at = %(now)s
 WHERE id = %(task_id)s
-RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline
+RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline,
+  ops_active
 """  # noqa: S608
 
 
@@ -81,7 +83,9 @@ def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) ->
     deadline = row[7]
     if isinstance(deadline, str):  # SQLite returns text from a raw cursor
         deadline = datetime.fromisoformat(deadline)
-    return TaskRow(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), deadline)
+    return TaskRow(
+        row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), deadline, int(row[8])
+    )
 
 
 def event_append_txn(

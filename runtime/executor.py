@@ -13,7 +13,7 @@ from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
 from runtime.models import Operation
 from runtime.operations import Report, operation_report
-from runtime.tools import InvocationContext, ToolFailure, adapter_for
+from runtime.tools import Contract, InvocationContext, ToolFailure, adapter_for
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,17 @@ def _invoke(op: Operation, lease: Lease) -> Report:
         heartbeat=heartbeat,
     )
     try:
+        if adapter.contract == Contract.LOOKUP and lease.invocation_number > 1:
+            # An earlier invocation went unconfirmed: ask the receiver before acting again.
+            found = adapter.lookup(ctx)
+            if found is not None:
+                return Report(
+                    outcome="succeeded",
+                    result=found.result,
+                    usage=found.usage,
+                    receipt=found.receipt,
+                    provider_handle=found.provider_handle,
+                )
         outcome = adapter.invoke(ctx)
     except ToolFailure as failure:
         if failure.kind == ToolFailure.UNKNOWN:

@@ -16,7 +16,7 @@ from runtime.errors import NotClaimable, StaleLease, TransitionRejected
 from runtime.models import Invocation, Operation
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
-from runtime.tools import adapter_for
+from runtime.tools import Contract, adapter_for
 from runtime.transitions import Cancellation, OperationStatus
 
 S = OperationStatus
@@ -68,7 +68,8 @@ def operation_claim(
         if op.next_attempt_at is not None and op.next_attempt_at > now:
             return Refusal("the retry is not due yet")
         task = op.task
-        if task.cancellation != Cancellation.NONE:
+        cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
+        if task.cancellation != Cancellation.NONE and not cleanup:
             _settle_txn(op, S.CANCELLED, now, "the task was cancelled")
             return Refusal("the task was cancelled")
         if task.paused:
@@ -76,7 +77,7 @@ def operation_claim(
             outbox_consume_txn(op.pk)
             return Refusal("the task is paused")
         deadline = op.deadline or task.deadline
-        if deadline is not None and now >= deadline:
+        if deadline is not None and now >= deadline and not cleanup:
             _settle_txn(op, S.EXPIRED, now, "the deadline passed before the work could start")
             return Refusal("the deadline passed")
         if op.kind == Operation.KIND_TOOL and executor == Operation.EXECUTOR_WORKER:
@@ -99,7 +100,7 @@ def operation_claim(
         if op.attempts_used >= op.max_attempts:
             operation_transition_txn(
                 op,
-                S.FAILED,
+                S.UNRESOLVED if cleanup else S.FAILED,
                 now=now,
                 fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
             )
@@ -196,24 +197,45 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             if op.lease_expires_at >= now:
                 continue
             generation = op.lease_generation
+            # With no receiver contract, a dispatched call whose worker went silent may or may
+            # not have taken effect, and invoking again could repeat it: a person decides.
+            unconfirmed = _contract(op) == Contract.NONE and op.kind == Operation.KIND_TOOL
+            target = S.UNRESOLVED if unconfirmed else S.PENDING
+            reason = (
+                "lease expired with the outcome unconfirmed; the receiver cannot be asked"
+                if unconfirmed
+                else "lease expired"
+            )
             try:
-                operation_transition_txn(
+                transitioned = operation_transition_txn(
                     op,
-                    S.PENDING,
+                    target,
                     now=now,
-                    fields={"lease_expires_at": None},
+                    fields={"lease_expires_at": None, "status_reason": reason},
                     lease_generation=generation,
-                    data={"lease_generation": generation, "reason": "lease expired"},
+                    data={"lease_generation": generation, "reason": reason},
+                    event_type="operation.lease_expired",
                 )
             except (TransitionRejected, StaleLease):
                 continue
             Invocation.objects.filter(
                 operation=op, lease_generation=generation, outcome__isnull=True
             ).update(outcome=Invocation.OUTCOME_LOST, finished_at=now)
-            if op.executor == Operation.EXECUTOR_WORKER:
+            if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+            else:
+                from runtime.compensation import after_settle_txn
+
+                after_settle_txn(op, transitioned.task, now=now)
             taken += 1
     return taken
+
+
+def _contract(op: Operation) -> str:
+    from runtime.tools import adapters
+
+    adapter = adapters().get(op.tool)
+    return adapter.contract if adapter is not None else Contract.NONE
 
 
 def claim_refused_record(operation_id: str, execution_id: str, reason: str) -> None:

@@ -26,11 +26,12 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
+from runtime.keys import key_step
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
-from runtime.tools import ToolFailure, adapter_for
+from runtime.tools import Contract, ToolFailure, adapter_for
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
@@ -51,12 +52,6 @@ class OperationSpec:
     max_attempts: int | None = None
     signal: str = ""
     timeout_seconds: int | None = None
-
-
-def operation_key_derive(task_id: str, step: str, resource: str, intent_version: int) -> str:
-    """The step-effect key domain: business instance + step + resource + intent version. Stable
-    across retries and workers; never regenerated to get past an ambiguous result."""
-    return f"{task_id}:{step}:{resource}:v{intent_version}"
 
 
 def _validate(spec: OperationSpec) -> None:
@@ -96,10 +91,10 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         tool_version = adapter.version
         if max_attempts is None:
             max_attempts = adapter.max_attempts
-    resource = spec.tool or spec.kind
-    key = spec.idempotency_key or operation_key_derive(
-        task.pk, spec.step, resource, spec.intent_version
-    )
+        derived = adapter.key_for(task.pk, spec.step, spec.params, spec.intent_version)
+    else:
+        derived = key_step(task.pk, spec.step, spec.kind, spec.intent_version)
+    key = spec.idempotency_key or derived
     digest = params_hash(spec.params)
 
     existing = Operation.objects.filter(task=task, idempotency_key=key).first()
@@ -278,8 +273,15 @@ def _max_elapsed(op: Operation) -> datetime | None:
 
 
 def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
+    """Decide the operation's next status from one report and apply it with everything that
+    must commit with it: invocation receipt, journal event, next outbox rows, saga steps."""
+    from runtime import compensation
+    from runtime.tools import adapters
+
+    adapter = adapters().get(op.tool)
+    contract = adapter.contract if adapter is not None else Contract.NONE
     generation = op.lease_generation
-    invocation_outcome: str
+    fields: dict[str, Any]
     if report.outcome == "succeeded":
         target, fields = S.SUCCEEDED, {"result": report.result, "error": None}
         invocation_outcome = Invocation.OUTCOME_SUCCEEDED
@@ -287,8 +289,15 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         target = S.FAILED
         fields = {"error": {"kind": "permanent", "message": report.message}}
         invocation_outcome = Invocation.OUTCOME_FAILED_PERMANENT
+    elif report.outcome == "unknown" and contract == Contract.NONE:
+        # The effect may have happened and the receiver offers no way to tell or to dedupe:
+        # a person decides, with the invocations as evidence. Never invoked again by a machine.
+        target = S.UNRESOLVED
+        fields = {"error": {"kind": "unknown", "message": report.message}}
+        invocation_outcome = Invocation.OUTCOME_UNKNOWN
     else:
-        # Transient failure, or an unknown outcome of a tool whose repetition is safe.
+        # A transient failure; or an unknown outcome where repeating under the same key is safe
+        # (replay: the receiver returns the first result; lookup: the next attempt asks first).
         transient = report.outcome == "failed"
         invocation_outcome = (
             Invocation.OUTCOME_FAILED_TRANSIENT if transient else Invocation.OUTCOME_UNKNOWN
@@ -299,38 +308,33 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         )
         next_at = now + timedelta(seconds=delay)
         elapsed_limit = _max_elapsed(op)
+        fields = {"error": error}
         if op.attempts_used >= op.max_attempts:
             target = S.FAILED
             error["message"] = f"{report.message} (attempts exhausted: {op.attempts_used})"
-            fields = {"error": error}
-        elif op.deadline is not None and next_at >= op.deadline:
+        elif op.deadline is not None and next_at >= op.deadline and not op.compensates_id:
             target = S.FAILED
             error["message"] = f"{report.message} (no retry fits before the deadline)"
-            fields = {"error": error}
         elif elapsed_limit is not None and next_at >= elapsed_limit:
             target = S.FAILED
             error["message"] = f"{report.message} (retry time allowance used up)"
-            fields = {"error": error}
         else:
             target = S.RETRY_SCHEDULED
-            fields = {"error": error, "next_attempt_at": next_at, "lease_expires_at": None}
-    fields.setdefault("lease_expires_at", None)
-    operation_transition_txn(
-        op,
-        target,
-        now=now,
-        fields=fields,
-        lease_generation=generation,
-        data={
-            "lease_generation": generation,
-            "attempts_used": op.attempts_used,
-            **(
-                {"retry_at": fields["next_attempt_at"].isoformat()}
-                if "next_attempt_at" in fields
-                else {}
-            ),
-            **({"error": fields["error"]} if fields.get("error") else {}),
-        },
+            fields["next_attempt_at"] = next_at
+        if target == S.FAILED and report.outcome == "unknown":
+            # Out of retries with the effect still unconfirmed: not a failure anyone can assert.
+            target = S.UNRESOLVED
+    if target == S.FAILED and op.compensates_id:
+        # A compensation that cannot finish is handed to a person, never lost as "failed".
+        target = S.UNRESOLVED
+    fields["lease_expires_at"] = None
+    data: dict[str, Any] = {"lease_generation": generation, "attempts_used": op.attempts_used}
+    if "next_attempt_at" in fields:
+        data["retry_at"] = fields["next_attempt_at"].isoformat()
+    if fields.get("error"):
+        data["error"] = fields["error"]
+    transitioned = operation_transition_txn(
+        op, target, now=now, fields=fields, lease_generation=generation, data=data
     )
     Invocation.objects.filter(operation=op, lease_generation=generation).update(
         outcome=invocation_outcome,
@@ -345,6 +349,7 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
             now=now,
             available_at=fields["next_attempt_at"],
         )
+    compensation.after_settle_txn(op, transitioned.task, now=now)
 
 
 def agent_report(op: Operation, *, lease_generation: int, report: Report) -> Operation:

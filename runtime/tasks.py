@@ -26,6 +26,7 @@ class TaskSpec:
     deadline_seconds: int | None = None
     budget: dict[str, Any] | None = None
     required_checks: list[dict[str, Any]] = field(default_factory=list)
+    compensate_on: list[str] = field(default_factory=list)
 
 
 def task_create(actor: Actor, spec: TaskSpec) -> Task:
@@ -39,6 +40,8 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
         raise InvalidInput("name must not be empty")
     if len(name) > 300:
         raise InvalidInput("name is longer than 300 characters")
+    if set(spec.compensate_on) - {"failed", "cancelled"}:
+        raise InvalidInput("compensate_on may hold only 'failed' and 'cancelled'")
     if spec.deadline_seconds is not None and not (
         0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
     ):
@@ -53,6 +56,7 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
             deadline=now + timedelta(seconds=spec.deadline_seconds)
             if spec.deadline_seconds
             else None,
+            compensate_on=sorted(set(spec.compensate_on)),
         )
         attempt = Attempt.objects.create(task=task, number=1)
         Task.objects.filter(pk=task.pk).update(current_attempt=attempt)

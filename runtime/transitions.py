@@ -125,6 +125,8 @@ OPERATION = Machine(
             Edge("cancel_acknowledged", S.RUNNING, S.CANCELLED),
             Edge("attempts_exhausted", S.RETRY_SCHEDULED, S.FAILED),
             Edge("attempts_exhausted", S.PENDING, S.FAILED),
+            # A compensation that cannot finish goes to a person instead of failing quietly.
+            Edge("compensation_exhausted", S.PENDING, S.UNRESOLVED),
             Edge("version_refused", S.PENDING, S.MANUAL_INTERVENTION),
             Edge("version_refused", S.RETRY_SCHEDULED, S.MANUAL_INTERVENTION),
             Edge("version_refused", S.RUNNING, S.MANUAL_INTERVENTION),

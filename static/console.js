@@ -5,22 +5,42 @@
 (function () {
   "use strict";
 
+  var LABELS = {
+    live: "live",
+    connecting: "connecting…",
+    offline: "offline",
+    "signed-out": "signed out: reload to log in",
+    refused: "not allowed"
+  };
+  var stopped = false;  // the server refused us for good: no more sockets, no more fetches
+
   function setStatus(state) {
     var el = document.getElementById("live-status");
     if (!el) return;
     el.dataset.state = state;
-    el.textContent = state === "live" ? "live" : state === "connecting" ? "connecting…" : "offline";
+    el.textContent = LABELS[state] || state;
+  }
+
+  function stop(state) {
+    stopped = true;
+    setStatus(state);
   }
 
   var pending = {};
   function refresh(ids) {
+    if (stopped) return;
     ids.forEach(function (id) {
-      if (pending[id]) { pending[id] = "again"; return; }
-      pending[id] = true;
       var el = document.getElementById(id);
       if (!el) return;
+      if (pending[id]) { pending[id] = "again"; return; }
+      pending[id] = true;
       fetch(el.dataset.fragment, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          // A fragment that came back as the login page (session ended) is not put in the page.
+          if (r.redirected || r.status === 401) { stop("signed-out"); return null; }
+          if (r.status === 403) { stop("refused"); return null; }
+          return r.ok ? r.text() : null;
+        })
         .then(function (html) { if (html !== null) el.innerHTML = html; })
         .finally(function () {
           var again = pending[id] === "again";
@@ -33,14 +53,18 @@
   function connect(path, cursorRef, onMessage) {
     var delay = 500;
     function open() {
+      if (stopped) return;
       setStatus("connecting");
       var scheme = location.protocol === "https:" ? "wss://" : "ws://";
       var ws = new WebSocket(scheme + location.host + path + "?after=" + cursorRef());
       ws.onopen = function () { delay = 500; setStatus("live"); };
       ws.onmessage = function (m) { onMessage(JSON.parse(m.data)); };
       ws.onclose = function (ev) {
+        // Refused (4401 logged out, 4403 no role, 4404 gone): retrying cannot help.
+        if (ev.code === 4401) { stop("signed-out"); return; }
+        if (ev.code >= 4400 && ev.code < 4500) { stop("refused"); return; }
+        if (stopped) return;
         setStatus("offline");
-        if (ev.code >= 4400 && ev.code < 4500) return;  // refused: do not hammer the server
         setTimeout(open, delay);
         delay = Math.min(delay * 2, 10000);
       };
@@ -52,7 +76,8 @@
     var li = document.createElement("li");
     li.dataset.seq = e.id;
     var seq = document.createElement("span"); seq.className = "mono seq"; seq.textContent = "#" + e.id;
-    var t = document.createElement("time"); t.dateTime = e.at; t.textContent = e.at;
+    var t = document.createElement("time"); t.dateTime = e.at; t.title = e.at;
+    t.textContent = String(e.at || "").slice(0, 19).replace("T", " ");
     var ty = document.createElement("strong"); ty.className = "etype"; ty.textContent = e.type;
     li.append(seq, " ", t, " ", ty);
     if (e.operation) { var op = document.createElement("span"); op.className = "mono"; op.textContent = e.operation; li.append(" ", op); }

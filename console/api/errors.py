@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db import DataError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from runtime.errors import DomainError
+
+log = logging.getLogger(__name__)
 
 _DRF_CODES: list[tuple[type[Exception], int, str]] = [
     (exceptions.NotAuthenticated, 401, "not_authenticated"),
@@ -50,6 +55,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(error_body("not_found", "not found"), status=404)
     if isinstance(exc, DjangoPermissionDenied):
         return Response(error_body("not_authorized", "not authorized"), status=403)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(error_body("request_too_large", str(exc)), status=413)
+    if isinstance(exc, SuspiciousOperation):
+        # Django's own refusals of a request (too many fields, a bad multipart body): without
+        # this they reach Django's HTML 400 page instead of the contract's error body.
+        return Response(error_body("malformed_request", "the request is malformed"), status=400)
+    if isinstance(exc, DataError):
+        # The database refused a value the request carried (out of range, unstorable text).
+        # Parsing should have refused it first: log the gap, answer as the malformed input it is.
+        log.warning("database refused request data: %s", exc)
+        return Response(error_body("invalid_input", "a value cannot be stored"), status=400)
     for klass, code_status, code in _DRF_CODES:
         if isinstance(exc, klass):
             assert isinstance(exc, exceptions.APIException)

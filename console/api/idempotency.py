@@ -18,6 +18,7 @@ from console.api.auth import actor_of
 from runtime.errors import DomainError
 from runtime.hashing import canonical_json
 from runtime.idempotent_requests import Replay, request_abandon, request_begin, request_finish_txn
+from runtime.models import IdempotentRequest
 
 Handler = Callable[..., Response]
 
@@ -52,19 +53,20 @@ def idempotent(handler: Handler) -> Handler:
     @functools.wraps(handler)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = request.headers.get("Idempotency-Key")
-        begun = None
+        begun: IdempotentRequest | None = None
         if key is not None:
-            begun = request_begin(
+            claimed = request_begin(
                 principal=actor_of(request).key,
                 key=key,
                 method=request.method or "POST",
                 path=request.path,
                 body_hash=_body_hash(request),
             )
-            if isinstance(begun, Replay):
-                replay = Response(begun.body, status=begun.status)
+            if isinstance(claimed, Replay):
+                replay = Response(claimed.body, status=claimed.status)
                 replay["Idempotent-Replayed"] = "true"
                 return replay
+            begun = claimed
         refusal: DomainError | None = None
         try:
             with transaction.atomic(durable=True):

@@ -18,59 +18,92 @@ def iso(value: datetime | None) -> str | None:
 
 # --- requests -----------------------------------------------------------------------------
 
+# The columns these land in are PostgreSQL ``integer``: a larger value is a 400 here rather than
+# "integer out of range" from the database.
+MAX_INT32 = 2**31 - 1
+# Amounts (budgets) stay exact in a double, so every JSON client reads back what it sent.
+MAX_AMOUNT = 2**53 - 1
+
+
+class Text(serializers.CharField):
+    """A JSON string. DRF's CharField also takes 5 or 5.0 and stores "5": a wrong type must be
+    refused, not coerced."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class Int(serializers.IntegerField):
+    """A JSON integer within ``integer`` range. DRF's IntegerField also takes "5"."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_value", MAX_INT32)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
 
 class BudgetIn(serializers.Serializer):
-    cost_cents = serializers.IntegerField(required=False, min_value=0)
-    tool_calls = serializers.IntegerField(required=False, min_value=0)
-    model_tokens = serializers.IntegerField(required=False, min_value=0)
+    cost_cents = Int(required=False, min_value=0, max_value=MAX_AMOUNT)
+    tool_calls = Int(required=False, min_value=0, max_value=MAX_AMOUNT)
+    model_tokens = Int(required=False, min_value=0, max_value=MAX_AMOUNT)
 
 
 class CheckIn(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
-    checker = serializers.CharField(max_length=100)
+    name = Text(max_length=200)
+    checker = Text(max_length=100)
     config = serializers.DictField(required=False, default=dict)
 
 
 class TaskIn(serializers.Serializer):
-    name = serializers.CharField(max_length=300)
+    name = Text(max_length=300)
     input = serializers.DictField(required=False, default=dict)
-    deadline_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    deadline_seconds = Int(required=False, allow_null=True, min_value=1)
     budget = BudgetIn(required=False, allow_null=True)
     required_checks = CheckIn(many=True, required=False, default=list)
+    # Sagas: undo completed compensable effects, newest first, when the task ends this way.
+    compensate_on = serializers.ListField(
+        child=serializers.ChoiceField(choices=["failed", "cancelled"]),
+        required=False,
+        default=list,
+    )
 
 
 class OperationIn(serializers.Serializer):
     kind = serializers.ChoiceField(choices=Operation.KINDS, required=False, default="tool")
-    tool = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    tool = Text(max_length=200, required=False, default="", allow_blank=True)
     params = serializers.DictField(required=False, default=dict)
-    step = serializers.CharField(max_length=200)
-    intent_version = serializers.IntegerField(required=False, default=1, min_value=1)
-    idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True)
+    step = Text(max_length=200)
+    intent_version = Int(required=False, default=1, min_value=1)
+    idempotency_key = Text(max_length=300, required=False, allow_null=True)
     estimate = serializers.DictField(
         child=serializers.FloatField(min_value=0), required=False, default=dict
     )
     executor = serializers.ChoiceField(
         choices=Operation.EXECUTORS, required=False, default="worker"
     )
-    max_attempts = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    signal = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    timeout_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    approval_timeout_seconds = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1
-    )
+    max_attempts = Int(required=False, allow_null=True, min_value=1)
+    signal = Text(max_length=200, required=False, default="", allow_blank=True)
+    timeout_seconds = Int(required=False, allow_null=True, min_value=1)
+    approval_timeout_seconds = Int(required=False, allow_null=True, min_value=1)
 
 
 class HeartbeatIn(serializers.Serializer):
-    lease_generation = serializers.IntegerField(min_value=0)
+    lease_generation = Int(min_value=0)
 
 
 class ErrorIn(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["transient", "permanent"])
-    message = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    message = Text(max_length=2000, allow_blank=True, required=False, default="")
 
 
 class CompleteIn(serializers.Serializer):
-    lease_generation = serializers.IntegerField(min_value=0)
+    lease_generation = Int(min_value=0)
     outcome = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
     result = serializers.JSONField(required=False, allow_null=True)
     error = ErrorIn(required=False, allow_null=True)
@@ -105,6 +138,7 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         "paused": task.paused,
         "deadline": iso(task.deadline),
         "pending": pending,
+        "compensate_on": task.compensate_on,
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
     }
@@ -150,6 +184,7 @@ def operation_out(
         "result": op.result,
         "error": op.error,
         "approval": approval,
+        "compensates": op.compensates_id,
         "invocations": [invocation_out(i) for i in invocations],
         "created_at": iso(op.created_at),
         "updated_at": iso(op.updated_at),
@@ -175,7 +210,11 @@ def cursor_encode(at: datetime, pk: str) -> str:
 def cursor_decode(raw: str) -> tuple[datetime, str]:
     try:
         padded = raw + "=" * (-len(raw) % 4)
-        at, pk = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
-        return datetime.fromisoformat(at), pk
+        text, pk = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
+        at = datetime.fromisoformat(text)
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput("cursor is not valid") from None
+    # Only what cursor_encode makes: an aware time and an id (a NUL would reach the query).
+    if at.tzinfo is None or not pk or len(pk) > 64 or not pk.isascii() or not pk.isprintable():
+        raise InvalidInput("cursor is not valid")
+    return at, pk

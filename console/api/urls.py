@@ -1,27 +1,55 @@
-from django.urls import path
+from django.urls import path, register_converter
 
-from console.api import views
+from console.api import control, views
+
+
+class IdConverter:
+    """Ids are opaque to clients but made here (runtime.ids): a path segment that cannot be one
+    (a NUL, a megabyte of text) is a 404 at routing instead of a value sent to the database."""
+
+    regex = r"[A-Za-z0-9_-]{1,64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
-    path("tasks/<str:task_id>", views.TaskDetail.as_view(), name="api-task"),
-    path("tasks/<str:task_id>/operations", views.TaskOperations.as_view(), name="api-task-ops"),
-    path("tasks/<str:task_id>/events", views.TaskEvents.as_view(), name="api-task-events"),
+    path("tasks/<id:task_id>", views.TaskDetail.as_view(), name="api-task"),
+    path("tasks/<id:task_id>/operations", views.TaskOperations.as_view(), name="api-task-ops"),
+    path("tasks/<id:task_id>/events", views.TaskEvents.as_view(), name="api-task-events"),
     path("operations", views.OperationCollection.as_view(), name="api-operations"),
-    path("operations/<str:operation_id>", views.OperationDetail.as_view(), name="api-operation"),
+    path("operations/<id:operation_id>", views.OperationDetail.as_view(), name="api-operation"),
     path(
-        "operations/<str:operation_id>/claim",
+        "operations/<id:operation_id>/claim",
         views.OperationClaim.as_view(),
         name="api-operation-claim",
     ),
     path(
-        "operations/<str:operation_id>/heartbeat",
+        "operations/<id:operation_id>/heartbeat",
         views.OperationHeartbeat.as_view(),
         name="api-operation-heartbeat",
     ),
     path(
-        "operations/<str:operation_id>/complete",
+        "operations/<id:operation_id>/complete",
         views.OperationComplete.as_view(),
         name="api-operation-complete",
+    ),
+    path("tasks/<id:task_id>/cancel", control.TaskCancel.as_view(), name="api-task-cancel"),
+    path("tasks/<id:task_id>/fail", control.TaskFail.as_view(), name="api-task-fail"),
+    path(
+        "operations/<id:operation_id>/resolve",
+        control.OperationResolve.as_view(),
+        name="api-operation-resolve",
+    ),
+    path(
+        "demo/receivers/<id:receiver>/effects",
+        control.ReceiverEffects.as_view(),
+        name="api-demo-effects",
     ),
 ]

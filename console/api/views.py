@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +19,7 @@ from rest_framework.views import APIView
 from console.api import serializers as s
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
+from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
 from runtime import leases, operations, tasks
 from runtime.errors import InvalidInput, NotAuthorized
@@ -34,6 +37,23 @@ def _operation_body(op: Operation) -> dict[str, Any]:
     return s.operation_out(op, operations.invocations_of(op))
 
 
+class ApiView(APIView):
+    # Bodies go through the storable-JSON parser. (A comment, not a docstring: the schema would
+    # inherit a docstring as every view's description.)
+    parser_classes = PARSER_CLASSES
+
+
+def _param(request: Request, name: str) -> str | None:
+    """A query parameter, or None when absent or empty; 400 for text the database refuses."""
+    raw = request.query_params.get(name)
+    if not raw:
+        return None
+    problem = text_problem(raw)
+    if problem:
+        raise InvalidInput(f"{name}: {problem}")
+    return str(raw)
+
+
 def _limit(request: Request, default: int = 50, ceiling: int = 200) -> int:
     raw = request.query_params.get("limit")
     if raw is None:
@@ -47,8 +67,9 @@ def _limit(request: Request, default: int = 50, ceiling: int = 200) -> int:
     return value
 
 
-class TaskCollection(APIView):
+class TaskCollection(ApiView):
     @extend_schema(
+        operation_id="v1_tasks_list",
         parameters=[
             OpenApiParameter("condition", str),
             OpenApiParameter("outcome", str),
@@ -58,13 +79,13 @@ class TaskCollection(APIView):
         responses={200: JSON},
     )
     def get(self, request: Request) -> Response:
-        cursor = request.query_params.get("cursor")
+        cursor = _param(request, "cursor")
         limit = _limit(request)
         rows = tasks.task_list(
             actor_of(request),
-            condition=request.query_params.get("condition") or None,
-            outcome=request.query_params.get("outcome") or None,
-            search=request.query_params.get("q") or None,
+            condition=_param(request, "condition"),
+            outcome=_param(request, "outcome"),
+            search=_param(request, "q"),
             before=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
         )
@@ -88,18 +109,19 @@ class TaskCollection(APIView):
                 deadline_seconds=data.get("deadline_seconds"),
                 budget=data.get("budget"),
                 required_checks=data.get("required_checks") or [],
+                compensate_on=data.get("compensate_on") or [],
             ),
         )
         return Response(_task_body(task), status=201)
 
 
-class TaskDetail(APIView):
+class TaskDetail(ApiView):
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, task_id: str) -> Response:
         return Response(_task_body(tasks.task_get(actor_of(request), task_id)))
 
 
-class TaskOperations(APIView):
+class TaskOperations(ApiView):
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, task_id: str) -> Response:
         actor = actor_of(request)
@@ -131,18 +153,19 @@ class TaskOperations(APIView):
         return Response(_operation_body(op), status=201 if created else 200)
 
 
-class OperationCollection(APIView):
+class OperationCollection(ApiView):
     @extend_schema(
+        operation_id="v1_operations_list",
         parameters=[OpenApiParameter("status", str), OpenApiParameter("cursor", str)],
         responses={200: JSON},
     )
     def get(self, request: Request) -> Response:
-        cursor = request.query_params.get("cursor")
+        cursor = _param(request, "cursor")
         limit = _limit(request)
         rows = operations.operation_list(
             actor_of(request),
-            status=request.query_params.get("status") or None,
-            task_id=request.query_params.get("task") or None,
+            status=_param(request, "status"),
+            task_id=_param(request, "task"),
             after=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
         )
@@ -155,7 +178,7 @@ class OperationCollection(APIView):
         )
 
 
-class OperationDetail(APIView):
+class OperationDetail(ApiView):
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, operation_id: str) -> Response:
         return Response(_operation_body(operations.operation_get(actor_of(request), operation_id)))
@@ -169,7 +192,7 @@ def _agent_operation(request: Request, operation_id: str) -> Operation:
     return op
 
 
-class OperationClaim(APIView):
+class OperationClaim(ApiView):
     @extend_schema(request=None, responses={200: JSON})
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
@@ -186,7 +209,7 @@ class OperationClaim(APIView):
         )
 
 
-class OperationHeartbeat(APIView):
+class OperationHeartbeat(ApiView):
     @extend_schema(request=s.HeartbeatIn, responses={200: JSON})
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
@@ -196,7 +219,7 @@ class OperationHeartbeat(APIView):
         return Response({"lease_expires_at": s.iso(expires), "cancel_requested": cancel})
 
 
-class OperationComplete(APIView):
+class OperationComplete(ApiView):
     @extend_schema(request=s.CompleteIn, responses={200: JSON})
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
@@ -219,7 +242,24 @@ class OperationComplete(APIView):
         return Response(_operation_body(accepted))
 
 
-class TaskEvents(APIView):
+class _StreamOrJson(DefaultContentNegotiation):
+    """The events view answers ``Accept: text/event-stream`` itself with a streamed response DRF
+    does not render; whatever DRF does render there (a page, an error) is JSON. DRF's default
+    negotiation would refuse that Accept header with a 406 before the view ran."""
+
+    def select_renderer(
+        self,
+        request: Request,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
+        first = next(iter(renderers))
+        return first, str(first.media_type)
+
+
+class TaskEvents(ApiView):
+    content_negotiation_class = _StreamOrJson
+
     @extend_schema(
         parameters=[OpenApiParameter("after", str), OpenApiParameter("limit", int)],
         responses={200: JSON},

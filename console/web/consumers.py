@@ -1,18 +1,27 @@
 """Websocket consumers for live pages. The journal is the source of truth: each consumer follows
 it from the client's cursor and sends every event exactly once, in order. Channel-layer hints
 only wake it early; in embedded mode (in-memory layer, which a worker process cannot reach) the
-follower's own polling keeps pages live."""
+follower's own polling keeps pages live.
+
+Refusals are sent as close codes after the handshake (4401 not logged in, 4403 no console role,
+4404 no such task): a close before accepting reaches a browser as a failed handshake (1006),
+which looks like a network fault, so the page would keep reconnecting forever. A live socket
+rechecks its session and role every ``RECHECK_SECONDS``: logging out or losing the role ends it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY
 
 from console.api.serializers import event_out
 from runtime import events as journal
@@ -20,9 +29,15 @@ from runtime.actors import Actor, actor_for_user
 from runtime.errors import NotFound
 from runtime.tasks import task_get
 
+log = logging.getLogger(__name__)
+
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_SERVER_ERROR = 1011
+RECHECK_SECONDS = 15.0
+# Cursors are bigint in the journal; anything larger means "nothing yet".
+MAX_CURSOR = 2**63 - 1
 
 
 def _poll_seconds() -> float:
@@ -31,26 +46,51 @@ def _poll_seconds() -> float:
 
 
 def _after(scope: dict[str, Any]) -> int:
-    query = parse_qs(scope.get("query_string", b"").decode())
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
     try:
-        return max(0, int(query.get("after", ["0"])[0]))
+        return min(MAX_CURSOR, max(0, int(query.get("after", ["0"])[0])))
     except ValueError:
         return 0
+
+
+def _session_user_id(session_key: str | None) -> str | None:
+    """Whose session this still is, read fresh from the session store (the scope's copy was
+    loaded at connect and never changes): None once logged out or expired."""
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    user_id = store.load().get(SESSION_KEY)
+    return str(user_id) if user_id is not None else None
+
+
+def _authority(user_id: int, username: str, session_key: str | None) -> int | None:
+    """The close code this user's socket deserves now, or None while it may stay open."""
+    if _session_user_id(session_key) != str(user_id):
+        return CLOSE_UNAUTHORIZED
+    if not actor_for_user(user_id, username).is_console:
+        return CLOSE_FORBIDDEN
+    return None
 
 
 class _Follower(AsyncJsonWebsocketConsumer):
     group: str = ""
     cursor: int = 0
+    actor: Actor
+
+    async def _refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
 
     async def _actor(self) -> Actor | None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHORIZED)
+            await self._refuse(CLOSE_UNAUTHORIZED)
             return None
-        actor = await sync_to_async(actor_for_user)(user.pk, user.get_username())
+        actor = await database_sync_to_async(actor_for_user)(user.pk, user.get_username())
         if not actor.is_console:
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self._refuse(CLOSE_FORBIDDEN)
             return None
+        self.actor = actor
         return actor
 
     async def _start(self) -> None:
@@ -72,12 +112,34 @@ class _Follower(AsyncJsonWebsocketConsumer):
     async def journal_hint(self, message: dict[str, Any]) -> None:
         self._wake.set()
 
+    async def _recheck(self) -> int | None:
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        return await database_sync_to_async(_authority)(
+            self.actor.user_id or 0, self.actor.name, key
+        )
+
     async def _follow(self) -> None:
-        while True:
-            await self._drain()
-            self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=_poll_seconds())
+        clock = asyncio.get_running_loop().time
+        checked = clock()
+        try:
+            while True:
+                await self._drain()
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=_poll_seconds())
+                if clock() - checked >= RECHECK_SECONDS:
+                    checked = clock()
+                    code = await self._recheck()
+                    if code is not None:
+                        await self.close(code=code)
+                        return
+        except Exception:
+            # A follower that died quietly would leave a page "live" that never moves: close,
+            # and the page reconnects from its cursor.
+            log.exception("live follower of %s failed", self.group)
+            with contextlib.suppress(Exception):
+                await self.close(code=CLOSE_SERVER_ERROR)
 
     async def _drain(self) -> None:
         raise NotImplementedError
@@ -92,9 +154,9 @@ class TaskJournalConsumer(_Follower):
             return
         task_id = self.scope["url_route"]["kwargs"]["task_id"]
         try:
-            await sync_to_async(task_get)(actor, task_id)
+            await database_sync_to_async(task_get)(actor, task_id)
         except NotFound:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self._refuse(CLOSE_NOT_FOUND)
             return
         self.task_id = task_id
         self.group = journal.TASK_GROUP.format(task_id=task_id)
@@ -103,7 +165,9 @@ class TaskJournalConsumer(_Follower):
 
     async def _drain(self) -> None:
         while True:
-            rows = await sync_to_async(journal.events_after)(self.task_id, self.cursor, 200)
+            rows = await database_sync_to_async(journal.events_after)(
+                self.task_id, self.cursor, 200
+            )
             for event in rows:
                 await self.send_json({"type": "event", "event": event_out(event)})
                 self.cursor = event.seq
@@ -122,11 +186,11 @@ class FeedConsumer(_Follower):
         if await self._actor() is None:
             return
         self.group = journal.FEED_GROUP
-        self.cursor = _after(self.scope) or await sync_to_async(journal.feed_head)()
+        self.cursor = _after(self.scope) or await database_sync_to_async(journal.feed_head)()
         await self._start()
 
     async def _drain(self) -> None:
-        rows = await sync_to_async(journal.feed_after)(self.cursor, 500)
+        rows = await database_sync_to_async(journal.feed_after)(self.cursor, 500)
         if rows:
             self.cursor = rows[-1].id
             await self.send_json(

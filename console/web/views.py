@@ -3,6 +3,7 @@ follows the journal; the page re-fetches its server-rendered fragments on each e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -118,14 +119,32 @@ def _task_list_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     }
 
 
+# The page renders at most this many events; the websocket catches up the rest from last_seq.
+TIMELINE_FIRST_PAGE = 1000
+
+
 @require_GET
 @console_view
 def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
     context = _task_context(actor, task_id)
-    events = journal.events_after(task_id, 0, limit=1000)
-    context["events"] = [event_out(e) for e in events]
+    events = journal.events_after(task_id, 0, limit=TIMELINE_FIRST_PAGE)
+    context["events"] = [_timeline_entry(e) for e in events]
     context["last_seq"] = events[-1].seq if events else 0
+    context["input_text"] = _json_text(context["task"].input)
     return render(request, "console/task_detail.html", context)
+
+
+def _json_text(value: Any) -> str:
+    """JSON as people read it (what the API returns), not Python's repr; escaped by the
+    template like any other text."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _timeline_entry(event: Any) -> dict[str, Any]:
+    entry = event_out(event)
+    # Same display as console.js gives events that arrive live: "YYYY-MM-DD HH:MM:SS".
+    entry["at_display"] = (entry["at"] or "")[:19].replace("T", " ")
+    return entry
 
 
 @require_GET
@@ -138,6 +157,18 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     task = tasks.task_get(actor, task_id)
     ops: list[Operation] = operations.operation_list(actor, task_id=task_id, limit=500)
     rejections = list(
-        RejectedObservation.objects.filter(operation__task_id=task_id).order_by("-at")[:50]
+        RejectedObservation.objects.filter(operation__task_id=task_id).order_by("-at", "-id")[:50]
     )
-    return {"task": task, "operations": ops, "rejections": rejections}
+    return {
+        "task": task,
+        "operations": [
+            {
+                "op": op,
+                "result": None if op.result is None else _json_text(op.result),
+                "error": op.error if isinstance(op.error, dict) else None,
+                "error_text": None if op.error is None else _json_text(op.error),
+            }
+            for op in ops
+        ],
+        "rejections": [{"r": r, "detail": _json_text(r.detail)} for r in rejections],
+    }

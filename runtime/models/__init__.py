@@ -1,5 +1,11 @@
 from runtime.models.events import Event
-from runtime.models.operations import Execution, Invocation, Operation, RejectedObservation
+from runtime.models.operations import (
+    Execution,
+    Invocation,
+    Operation,
+    RejectedObservation,
+    Resolution,
+)
 from runtime.models.outbox import OutboxMessage
 from runtime.models.principals import Agent, ApiToken
 from runtime.models.requests import IdempotentRequest
@@ -16,5 +22,6 @@ __all__ = [
     "Operation",
     "OutboxMessage",
     "RejectedObservation",
+    "Resolution",
     "Task",
 ]

@@ -62,6 +62,10 @@ class Operation(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")
+    # Sagas: a compensation is a new operation of its own, pointing at the effect it undoes.
+    compensates = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -135,6 +139,19 @@ class Invocation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["operation", "number"], name="invocation_number_unique")
         ]
+
+
+class Resolution(models.Model):
+    """A person's settlement of an unresolved operation: who, what, on what evidence, when."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="resolutions")
+    actor = models.CharField(max_length=200)
+    resolution = models.CharField(max_length=32)
+    evidence = models.TextField(blank=True, default="")
+    from_status = models.CharField(max_length=24)
+    to_status = models.CharField(max_length=24)
+    state_version = models.PositiveIntegerField()
+    at = models.DateTimeField()
 
 
 class RejectedObservation(models.Model):

@@ -51,6 +51,9 @@ class Task(models.Model):
         max_length=16, choices=[(c, c) for c in Cancellation.ALL], default=Cancellation.NONE
     )
     paused = models.BooleanField(default=False)
+    # Sagas: on which endings ("failed", "cancelled") completed compensable effects are undone,
+    # in reverse order of completion.
+    compensate_on = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -80,6 +80,18 @@ class ToolAdapter:
         """Ask the receiver what happened under ``ctx.idempotency_key`` (lookup contract)."""
         raise NotImplementedError
 
+    # Sagas: the tool that undoes this one's effect, and its parameters from the result.
+    compensation_tool: str | None = None
+
+    def compensation_params(self, result: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def key_for(self, task_id: str, step: str, params: dict[str, Any], intent_version: int) -> str:
+        """The operation's idempotency key when the agent gives none (step-effect domain)."""
+        from runtime.keys import key_step
+
+        return key_step(task_id, step, self.name, intent_version)
+
     def supports(self, recorded_version: str) -> bool:
         return recorded_version in self.supported_versions
 

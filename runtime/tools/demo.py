@@ -1,23 +1,49 @@
-"""The sandbox's demo tools. Each reaches a simulated receiver that keeps its own records."""
+"""The sandbox's demo tools. Each reaches a simulated receiver (runtime.sandbox) that keeps its own
+records; the fault knobs of runtime.tools.faults strike around the receiver's commit."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from runtime.errors import InvalidInput
+from runtime.keys import key_notification
+from runtime.sandbox import receivers
 from runtime.tools import faults
 from runtime.tools.base import (
     Contract,
     InvocationContext,
     ToolAdapter,
+    ToolFailure,
     ToolResult,
     register,
     require_mapping,
 )
 
+APPROVAL_THRESHOLD_CENTS = 10000
+
+
+def _effective(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k != "_fault"}
+
+
+def _outcome(response: receivers.Response, handle_field: str = "id") -> ToolResult:
+    """Map a receiver's response to a result or a classified failure."""
+    receipt = {"status": response.status, "body": response.body}
+    if response.ok:
+        return ToolResult(
+            result=response.body,
+            usage={"tool_calls": 1},
+            receipt=receipt,
+            provider_handle=str(response.body.get(handle_field, "")),
+        )
+    message = str(response.body.get("error", {}).get("message", response.status))
+    if response.status == 409:  # the receiver is still executing the first request
+        raise ToolFailure(ToolFailure.TRANSIENT, message, receipt=receipt)
+    raise ToolFailure(ToolFailure.PERMANENT, message, receipt=receipt)
+
 
 class Echo(ToolAdapter):
     name = "demo.echo"
-    version = "1"
     contract = Contract.PURE
     demo = True
 
@@ -26,9 +52,145 @@ class Echo(ToolAdapter):
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
-        result = {k: v for k, v in ctx.params.items() if k != "_fault"}
+        result = _effective(ctx.params)
         faults.after_effect(ctx, fault)
         return ToolResult(result=result, usage={"tool_calls": 1})
 
 
-register(Echo())
+class PaymentsCharge(ToolAdapter):
+    name = "demo.payments.charge"
+    contract = Contract.REPLAY
+    compensation_tool = "demo.payments.refund"
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        if not isinstance(params.get("account"), str) or not params["account"]:
+            raise InvalidInput("demo.payments.charge needs params.account (a string)")
+        amount = params.get("amount_cents")
+        if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+            raise InvalidInput("demo.payments.charge needs params.amount_cents > 0 (an integer)")
+
+    def requires_approval(self, params: dict[str, Any]) -> bool:
+        return int(params.get("amount_cents", 0)) > APPROVAL_THRESHOLD_CENTS
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        response = receivers.payments_charge(
+            key=ctx.idempotency_key, body=_effective(ctx.params), fencing_token=ctx.fencing_token
+        )
+        faults.after_effect(ctx, fault)
+        return _outcome(response)
+
+    def compensation_params(self, result: Any) -> dict[str, Any]:
+        return {"charge": result["id"]}
+
+
+class PaymentsRefund(ToolAdapter):
+    name = "demo.payments.refund"
+    contract = Contract.REPLAY
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        if not isinstance(params.get("charge"), str):
+            raise InvalidInput("demo.payments.refund needs params.charge")
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        response = receivers.payments_refund(
+            key=ctx.idempotency_key, charge_id=ctx.params["charge"], fencing_token=ctx.fencing_token
+        )
+        faults.after_effect(ctx, fault)
+        return _outcome(response)
+
+
+class InventoryReserve(ToolAdapter):
+    name = "demo.inventory.reserve"
+    contract = Contract.LOOKUP
+    compensation_tool = "demo.inventory.release"
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        if not isinstance(params.get("sku"), str) or not params["sku"]:
+            raise InvalidInput("demo.inventory.reserve needs params.sku (a string)")
+        qty = params.get("qty")
+        if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
+            raise InvalidInput("demo.inventory.reserve needs params.qty > 0 (an integer)")
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        response = receivers.inventory_reserve(
+            key=ctx.idempotency_key,
+            sku=ctx.params["sku"],
+            qty=ctx.params["qty"],
+            fencing_token=ctx.fencing_token,
+        )
+        faults.after_effect(ctx, fault)
+        return _outcome(response)
+
+    def lookup(self, ctx: InvocationContext) -> ToolResult | None:
+        response = receivers.inventory_lookup(key=ctx.idempotency_key)
+        if response.status == 404:
+            return None
+        result = _outcome(response)
+        result.receipt = {**(result.receipt or {}), "via": "lookup"}
+        return result
+
+    def compensation_params(self, result: Any) -> dict[str, Any]:
+        return {"reservation": result["id"]}
+
+
+class InventoryRelease(ToolAdapter):
+    name = "demo.inventory.release"
+    contract = Contract.REPLAY  # releasing twice leaves the same state
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        if not isinstance(params.get("reservation"), str):
+            raise InvalidInput("demo.inventory.release needs params.reservation")
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        response = receivers.inventory_release(
+            key=ctx.idempotency_key, reservation_id=ctx.params["reservation"]
+        )
+        faults.after_effect(ctx, fault)
+        return _outcome(response)
+
+
+class Notify(ToolAdapter):
+    name = "demo.notify"
+    contract = Contract.NONE
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        if not isinstance(params.get("to"), str) or not params["to"]:
+            raise InvalidInput("demo.notify needs params.to (a string)")
+        if not isinstance(params.get("message", ""), str):
+            raise InvalidInput("demo.notify params.message must be a string")
+
+    def key_for(self, task_id: str, step: str, params: dict[str, Any], intent_version: int) -> str:
+        return key_notification(task_id, step, str(params.get("to", "")), intent_version)
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        response = receivers.notify_send(
+            key=ctx.idempotency_key, to=ctx.params["to"], message=ctx.params.get("message", "")
+        )
+        faults.after_effect(ctx, fault)
+        return _outcome(response)
+
+
+for _adapter in (
+    Echo(),
+    PaymentsCharge(),
+    PaymentsRefund(),
+    InventoryReserve(),
+    InventoryRelease(),
+    Notify(),
+):
+    register(_adapter)

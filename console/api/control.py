@@ -1,0 +1,92 @@
+"""Task control (cancel, fail), the unresolved queue's resolve action, and the demo receivers'
+read-only effects view. Thin: parse, authorise (in the service), call one service, serialise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api.auth import actor_of
+from console.api.idempotency import idempotent
+from console.api.serializers import operation_out, parse, task_out
+from runtime import cancellation, operations, resolutions, tasks
+from runtime.errors import NotFound
+from runtime.models import Operation
+
+JSON = OpenApiTypes.OBJECT
+
+
+class ReasonIn(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ResolveIn(serializers.Serializer):
+    resolution = serializers.ChoiceField(choices=resolutions.RESOLUTIONS)
+    evidence = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
+    state_version = serializers.IntegerField(min_value=1)
+
+
+def _task_body(task: Any) -> dict[str, Any]:
+    return task_out(task, tasks.task_pending_operation_ids(task))
+
+
+def _operation_body(op: Operation) -> dict[str, Any]:
+    return operation_out(op, operations.invocations_of(op))
+
+
+class TaskCancel(APIView):
+    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @idempotent
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parse(ReasonIn, request.data or {})
+        task = cancellation.task_cancel(actor_of(request), task_id, data["reason"])
+        return Response(_task_body(task), status=202)
+
+
+class TaskFail(APIView):
+    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @idempotent
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parse(ReasonIn, request.data or {})
+        task = cancellation.task_fail(actor_of(request), task_id, data["reason"])
+        return Response(_task_body(task), status=202)
+
+
+class OperationResolve(APIView):
+    @extend_schema(request=ResolveIn, responses={200: JSON})
+    @idempotent
+    def post(self, request: Request, operation_id: str) -> Response:
+        data = parse(ResolveIn, request.data)
+        op = resolutions.operation_resolve(
+            actor_of(request),
+            operation_id,
+            resolution=data["resolution"],
+            evidence=data["evidence"],
+            state_version=data["state_version"],
+        )
+        return Response(_operation_body(op))
+
+
+class ReceiverEffects(APIView):
+    @extend_schema(parameters=[OpenApiParameter("key", str, required=True)], responses={200: JSON})
+    def get(self, request: Request, receiver: str) -> Response:
+        from django.conf import settings
+
+        from runtime.sandbox.receivers import RECEIVERS, effects_under
+
+        if not settings.DEMO_TOOLS or receiver not in RECEIVERS:
+            raise NotFound("no such receiver")
+        key = request.query_params.get("key") or ""
+        actor = actor_of(request)
+        if not actor.is_console:
+            # An agent may read only what was committed under keys of its own operations.
+            visible = Operation.objects.filter(idempotency_key=key, task__agent_id=actor.agent_id)
+            if actor.kind != "agent" or not key or not visible.exists():
+                raise NotFound("no such key")
+        return Response({"receiver": receiver, "key": key, "effects": effects_under(receiver, key)})

@@ -1,0 +1,117 @@
+"""Sagas: a compensation is a new operation with its own identity, key domain (compensation),
+bounded attempts and its own unresolved disposition. It never erases the original's history: the
+original moves succeeded -> compensating -> compensated, and both stay in the journal."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runtime.errors import Conflict
+from runtime.events import TaskRow, event_append_txn
+from runtime.hashing import params_hash
+from runtime.keys import key_compensation
+from runtime.models import Operation, Task
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.statemachine import operation_transition_txn, status_deltas
+from runtime.tools import adapters
+from runtime.transitions import OperationStatus
+
+S = OperationStatus
+
+
+class CompensationNotPossible(Conflict):
+    """This operation has no compensating tool, or no known effect to compensate."""
+
+    code = "compensation_not_possible"
+
+
+def compensable(op: Operation) -> bool:
+    adapter = adapters().get(op.tool)
+    return bool(
+        adapter is not None
+        and adapter.compensation_tool
+        and op.compensates_id is None
+        and isinstance(op.result, dict)
+    )
+
+
+def compensation_start_txn(original: Operation, *, actor: str, now: datetime) -> Operation:
+    """Create the compensation of ``original`` and move the original to compensating.
+
+    Preconditions: inside a transaction; ``original`` carries the status and state version the
+    caller observed (succeeded, or unresolved with a known result)."""
+    adapter = adapters().get(original.tool)
+    if adapter is None or not adapter.compensation_tool or original.compensates_id is not None:
+        raise CompensationNotPossible(f"{original.tool} registers no compensating tool")
+    if not isinstance(original.result, dict):
+        raise CompensationNotPossible("the original's effect is not known, so it cannot be undone")
+    tool = adapters()[adapter.compensation_tool]
+    params: dict[str, Any] = adapter.compensation_params(original.result)
+    operation_transition_txn(
+        original, S.COMPENSATING, now=now, actor=actor, data={"reason": "compensation started"}
+    )
+    compensation = Operation.objects.create(
+        task_id=original.task_id,
+        attempt_id=original.attempt_id,
+        tool=tool.name,
+        tool_version=tool.version,
+        step=f"{original.step}:compensate"[:200],
+        params=params,
+        params_hash=params_hash(params),
+        idempotency_key=key_compensation(original.task_id, original.step),
+        executor=Operation.EXECUTOR_WORKER,
+        status=S.PENDING,
+        max_attempts=tool.max_attempts,
+        compensates=original,
+    )
+    event_append_txn(
+        task_id=original.task_id,
+        type="operation.proposed",
+        state_version=compensation.state_version,
+        now=now,
+        deltas=status_deltas(None, S.PENDING),
+        operation_id=compensation.pk,
+        actor=actor,
+        data={"tool": tool.name, "step": compensation.step, "compensates": original.pk},
+    )
+    outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=compensation.pk, now=now)
+    return compensation
+
+
+def saga_next_txn(task_id: str, *, now: datetime) -> Operation | None:
+    """Start the next compensation of a task being unwound, one at a time, newest effect first.
+    Returns None when one is already under way or nothing is left to undo."""
+    live = [s for s in S.ALL if s not in S.FINAL]
+    if Operation.objects.filter(
+        task_id=task_id, compensates__isnull=False, status__in=live
+    ).exists():
+        return None
+    candidates = Operation.objects.filter(
+        task_id=task_id, status=S.SUCCEEDED, compensates__isnull=True
+    ).order_by("-updated_at", "-created_at")
+    for op in candidates:
+        if compensable(op):
+            return compensation_start_txn(op, actor="system:saga", now=now)
+    return None
+
+
+def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime) -> None:
+    """What an operation's settling sets in motion, in the same transaction: the original of a
+    finished compensation is marked compensated; a stopping task reaches quiescence; an unwinding
+    task starts its next compensation."""
+    from runtime.cancellation import task_quiesce_txn
+
+    if op.compensates_id and op.status == S.SUCCEEDED:
+        original = Operation.objects.get(pk=op.compensates_id)
+        if original.status == S.COMPENSATING:
+            task = operation_transition_txn(
+                original, S.COMPENSATED, now=now, data={"compensation": op.pk}
+            ).task
+    stopping = task.cancellation == "acknowledged" or task.condition == "terminal"
+    if stopping and task.ops_active == 0:
+        task_quiesce_txn(task.id, now=now)
+
+
+def saga_wanted(task: Task) -> bool:
+    return bool(task.outcome and task.outcome in (task.compensate_on or []))

@@ -1,0 +1,212 @@
+"""Unresolved outcomes: what no machine could establish, settled by support staff. Every
+resolution is a guarded transition on the operation's state version (two people resolving at
+once: one wins, the other is refused) and is audited with actor, evidence and time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from runtime.actors import ROLE_SUPPORT, Actor, user_roles
+from runtime.errors import Conflict, InvalidInput, NotAuthorized, TransitionRejected
+from runtime.models import Invocation, Operation, Resolution
+from runtime.operations import operation_get
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.statemachine import operation_transition_txn
+from runtime.tools import Contract, InvocationContext, adapters
+from runtime.transitions import OperationStatus
+
+S = OperationStatus
+
+RESOLUTIONS = ("succeeded", "no_effect", "retry_same_key", "lookup", "compensate")
+
+
+class ResolutionNotAllowed(Conflict):
+    """The receiver's contract does not allow this resolution."""
+
+    code = "resolution_not_allowed"
+
+
+def _authorize(actor: Actor) -> None:
+    # Rechecked from the database, not from the session's cached roles.
+    if actor.kind != "user" or actor.user_id is None:
+        raise NotAuthorized("only support staff may resolve operations")
+    roles = user_roles(actor.user_id)
+    if ROLE_SUPPORT not in roles and "admin" not in roles:
+        raise NotAuthorized("only support staff may resolve operations")
+
+
+def operation_resolve(
+    actor: Actor,
+    operation_id: str,
+    *,
+    resolution: str,
+    evidence: str,
+    state_version: int,
+) -> Operation:
+    """Settle an unresolved operation.
+
+    Preconditions: ``actor`` is support staff (or admin); ``state_version`` is the version the
+    person looked at. Raises TransitionRejected (409 state_version_mismatch) when someone else
+    changed it first, ResolutionNotAllowed where the contract forbids the resolution.
+    """
+    _authorize(actor)
+    if resolution not in RESOLUTIONS:
+        raise InvalidInput(f"resolution must be one of {', '.join(RESOLUTIONS)}")
+    evidence = (evidence or "").strip()
+    if resolution == "succeeded" and not evidence:
+        raise InvalidInput("marking an operation succeeded needs evidence")
+    op = operation_get(actor, operation_id)
+    if op.state_version != state_version:
+        raise TransitionRejected("someone else changed this operation first")
+    if op.status != S.UNRESOLVED:
+        raise Conflict(f"the operation is {op.status}, not unresolved", code="not_unresolved")
+    adapter = adapters().get(op.tool)
+    contract = adapter.contract if adapter is not None else Contract.NONE
+
+    looked_up: Any = None
+    if resolution == "lookup":
+        if adapter is None or contract != Contract.LOOKUP:
+            raise ResolutionNotAllowed("this receiver cannot be asked what happened")
+        # Ask before taking any lock: a receiver call must not hold the operation's row.
+        found = adapter.lookup(_context(op))
+        looked_up = found if found is not None else False
+    if resolution == "retry_same_key" and contract not in (
+        Contract.REPLAY,
+        Contract.LOOKUP,
+        Contract.PURE,
+    ):
+        raise ResolutionNotAllowed(
+            "the receiver does not dedupe or answer lookups: retrying could repeat the effect"
+        )
+
+    now = timezone.now()
+    with transaction.atomic():
+        op = Operation.objects.get(pk=operation_id)
+        if op.state_version != state_version or op.status != S.UNRESOLVED:
+            raise TransitionRejected("someone else changed this operation first")
+        from_status = op.status
+        fields: dict[str, Any]
+        data: dict[str, Any] = {"resolution": resolution, "evidence": evidence}
+        if resolution == "succeeded":
+            target = S.SUCCEEDED
+            fields = {"result": {"resolution": "succeeded", "evidence": evidence}, "error": None}
+        elif resolution == "no_effect":
+            target = S.FAILED
+            fields = {"error": {"kind": "no_effect", "message": evidence or "no effect"}}
+        elif resolution == "retry_same_key":
+            target = S.PENDING
+            # One more attempt, granted by a person; the key stays the same.
+            fields = {
+                "max_attempts": max(op.max_attempts, op.attempts_used + 1),
+                "next_attempt_at": None,
+                "error": None,
+            }
+        elif resolution == "lookup":
+            number = (op.invocations.aggregate(n=Max("number"))["n"] or 0) + 1
+            if looked_up:
+                target = S.SUCCEEDED
+                fields = {"result": looked_up.result, "error": None}
+                outcome, receipt = Invocation.OUTCOME_SUCCEEDED, looked_up.receipt
+            else:
+                target = S.FAILED
+                fields = {"error": {"kind": "no_effect", "message": "the receiver has no record"}}
+                outcome, receipt = "no_record", {"via": "lookup", "found": False}
+            Invocation.objects.create(
+                operation=op,
+                number=number,
+                lease_generation=op.lease_generation,
+                started_at=now,
+                finished_at=now,
+                outcome=outcome,
+                receipt=receipt,
+                provider_handle=getattr(looked_up, "provider_handle", "") or "",
+            )
+        else:  # compensate
+            from runtime.compensation import compensation_start_txn
+
+            compensation = compensation_start_txn(op, actor=actor.label, now=now)
+            _audit(op, actor, resolution, evidence, from_status, S.COMPENSATING, now)
+            return Operation.objects.get(pk=compensation.compensates_id)
+
+        fields["status_reason"] = f"resolved by {actor.name}: {resolution}"
+        transitioned = operation_transition_txn(
+            op,
+            target,
+            now=now,
+            fields=fields,
+            actor=actor.label,
+            data=data,
+            event_type=f"operation.resolved_{resolution}",
+        )
+        _audit(op, actor, resolution, evidence, from_status, target, now)
+        if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
+            outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+        if op.compensates_id:
+            _settle_original_txn(op, target, now)
+        from runtime.compensation import after_settle_txn
+
+        after_settle_txn(op, transitioned.task, now=now)
+    op.refresh_from_db()
+    return op
+
+
+def _settle_original_txn(compensation: Operation, target: str, now: Any) -> None:
+    """A person settled a compensation: its original is compensated, or stays with a person."""
+    original = Operation.objects.get(pk=compensation.compensates_id)
+    if original.status != S.COMPENSATING:
+        return
+    if target == S.FAILED:
+        operation_transition_txn(
+            original,
+            S.UNRESOLVED,
+            now=now,
+            fields={"status_reason": "its compensation had no effect"},
+            data={"compensation": compensation.pk},
+        )
+
+
+def _audit(
+    op: Operation,
+    actor: Actor,
+    resolution: str,
+    evidence: str,
+    from_status: str,
+    to_status: str,
+    now: Any,
+) -> None:
+    Resolution.objects.create(
+        operation=op,
+        actor=actor.label,
+        resolution=resolution,
+        evidence=evidence,
+        from_status=from_status,
+        to_status=to_status,
+        state_version=op.state_version,
+        at=now,
+    )
+
+
+def _context(op: Operation) -> InvocationContext:
+    return InvocationContext(
+        operation_id=op.pk,
+        task_id=op.task_id,
+        step=op.step,
+        idempotency_key=op.idempotency_key,
+        params=op.params,
+        fencing_token=op.lease_generation,
+        invocation_number=op.attempts_used,
+        deadline=op.deadline,
+    )
+
+
+def unresolved_queue(actor: Actor, limit: int = 100) -> list[Operation]:
+    """The support queue, oldest first."""
+    return list(
+        Operation.objects.filter(status=S.UNRESOLVED)
+        .select_related("task")
+        .order_by("updated_at", "id")[:limit]
+    )

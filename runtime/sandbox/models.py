@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class PaymentRequest(models.Model):
+    """Stripe's idempotency record: the first executing request's response, failures included."""
+
+    key = models.CharField(max_length=400, unique=True)
+    request_hash = models.CharField(max_length=80)
+    status = models.CharField(max_length=16, default="in_progress")  # in_progress | done
+    response_status = models.PositiveSmallIntegerField(null=True)
+    response_body = models.JSONField(null=True)
+    fencing_token = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+
+class Charge(models.Model):
+    """The effect: money moved."""
+
+    charge_id = models.CharField(max_length=40, unique=True)
+    key = models.CharField(max_length=400, db_index=True)
+    account = models.CharField(max_length=200)
+    amount_cents = models.BigIntegerField()
+    kind = models.CharField(max_length=16, default="charge")  # charge | refund
+    refunds = models.CharField(max_length=40, blank=True, default="")
+    fencing_token = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+
+class Reservation(models.Model):
+    """Inventory holds. The receiver does not dedupe; it answers lookups by key."""
+
+    reservation_id = models.CharField(max_length=40, unique=True)
+    key = models.CharField(max_length=400, db_index=True)
+    sku = models.CharField(max_length=200)
+    qty = models.IntegerField()
+    released = models.BooleanField(default=False)
+    fencing_token = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+
+class Notification(models.Model):
+    """Messages sent. No contract: no dedupe, no lookup."""
+
+    key = models.CharField(max_length=400, db_index=True)
+    to = models.CharField(max_length=300)
+    message = models.TextField()
+    created_at = models.DateTimeField()

@@ -1,0 +1,207 @@
+"""The receivers' own logic. Each function is the receiver's side of one request and commits in
+its own transaction, independent of the runtime's (the adapter calls it between claim and
+acceptance, outside any runtime transaction)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runtime.hashing import params_hash
+from runtime.sandbox.models import Charge, Notification, PaymentRequest, Reservation
+
+KEY_RETENTION = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+# --- payments: Stripe's contract ----------------------------------------------------------
+
+
+def payments_charge(*, key: str, body: dict[str, Any], fencing_token: int) -> Response:
+    """Charge once per key. The first executing request's response is stored and replayed,
+    failures included; the same key with another body is refused (422); a request under a key
+    whose first request is still executing is refused (409); validation failures store nothing."""
+    digest = params_hash(body)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            record = PaymentRequest.objects.create(
+                key=key, request_hash=digest, fencing_token=fencing_token, created_at=now
+            )
+    except IntegrityError:
+        existing = PaymentRequest.objects.get(key=key)
+        if existing.request_hash != digest:
+            return Response(422, _err("idempotency_error", "key reused with different parameters"))
+        if existing.status != "done":
+            return Response(
+                409, _err("idempotency_error", "a request with this key is in progress")
+            )
+        return Response(existing.response_status or 200, dict(existing.response_body or {}))
+
+    account = body.get("account")
+    amount = body.get("amount_cents")
+    if not isinstance(account, str) or not account or not isinstance(amount, int) or amount <= 0:
+        # Validation fails before execution: nothing is saved under the key.
+        PaymentRequest.objects.filter(pk=record.pk).delete()
+        return Response(400, _err("invalid_request", "account and a positive amount_cents needed"))
+    with transaction.atomic():
+        if str(account).startswith("declined"):
+            status, response = 402, _err("card_declined", "the card was declined")
+        else:
+            charge = Charge.objects.create(
+                charge_id=f"ch_{secrets.token_hex(8)}",
+                key=key,
+                account=account,
+                amount_cents=amount,
+                fencing_token=fencing_token,
+                created_at=now,
+            )
+            status = 200
+            response = {
+                "id": charge.charge_id,
+                "object": "charge",
+                "account": account,
+                "amount_cents": amount,
+                "status": "succeeded",
+            }
+        PaymentRequest.objects.filter(pk=record.pk).update(
+            status="done", response_status=status, response_body=response
+        )
+    return Response(status, response)
+
+
+def payments_refund(*, key: str, charge_id: str, fencing_token: int) -> Response:
+    """Refund a charge once per key (replay contract, like charges)."""
+    body = {"charge": charge_id}
+    digest = params_hash(body)
+    existing = PaymentRequest.objects.filter(key=key).first()
+    if existing is not None:
+        if existing.request_hash != digest:
+            return Response(422, _err("idempotency_error", "key reused with different parameters"))
+        return Response(existing.response_status or 200, dict(existing.response_body or {}))
+    charge = Charge.objects.filter(charge_id=charge_id, kind="charge").first()
+    now = timezone.now()
+    with transaction.atomic():
+        if charge is None:
+            status, response = 404, _err("resource_missing", f"no charge {charge_id}")
+        else:
+            refund = Charge.objects.create(
+                charge_id=f"re_{secrets.token_hex(8)}",
+                key=key,
+                account=charge.account,
+                amount_cents=-charge.amount_cents,
+                kind="refund",
+                refunds=charge.charge_id,
+                fencing_token=fencing_token,
+                created_at=now,
+            )
+            status = 200
+            response = {"id": refund.charge_id, "object": "refund", "charge": charge_id}
+        PaymentRequest.objects.create(
+            key=key,
+            request_hash=digest,
+            status="done",
+            response_status=status,
+            response_body=response,
+            fencing_token=fencing_token,
+            created_at=now,
+        )
+    return Response(status, response)
+
+
+def payments_prune(now: Any = None) -> int:
+    """Keys older than 24 hours may be forgotten; a later reuse starts a new request."""
+    cutoff = (now or timezone.now()) - KEY_RETENTION
+    deleted, _ = PaymentRequest.objects.filter(created_at__lt=cutoff, status="done").delete()
+    return int(deleted)
+
+
+# --- inventory: answers lookups by key ----------------------------------------------------
+
+
+def inventory_reserve(*, key: str, sku: str, qty: int, fencing_token: int) -> Response:
+    reservation = Reservation.objects.create(
+        reservation_id=f"rsv_{secrets.token_hex(8)}",
+        key=key,
+        sku=sku,
+        qty=qty,
+        fencing_token=fencing_token,
+        created_at=timezone.now(),
+    )
+    return Response(200, _reservation(reservation))
+
+
+def inventory_lookup(*, key: str) -> Response:
+    reservation = Reservation.objects.filter(key=key).order_by("created_at").first()
+    if reservation is None:
+        return Response(404, _err("not_found", "nothing reserved under this key"))
+    return Response(200, _reservation(reservation))
+
+
+def inventory_release(*, key: str, reservation_id: str) -> Response:
+    touched = Reservation.objects.filter(reservation_id=reservation_id).update(released=True)
+    if not touched:
+        return Response(404, _err("not_found", f"no reservation {reservation_id}"))
+    return Response(200, {"id": reservation_id, "released": True})
+
+
+def _reservation(r: Reservation) -> dict[str, Any]:
+    return {"id": r.reservation_id, "sku": r.sku, "qty": r.qty, "released": r.released}
+
+
+# --- notify: no contract ------------------------------------------------------------------
+
+
+def notify_send(*, key: str, to: str, message: str) -> Response:
+    note = Notification.objects.create(key=key, to=to, message=message, created_at=timezone.now())
+    return Response(200, {"id": note.pk, "delivered": True})
+
+
+# --- the receivers' own view of what they committed ---------------------------------------
+
+RECEIVERS = ("payments", "inventory", "notify")
+
+
+def effects_under(receiver: str, key: str) -> list[dict[str, Any]]:
+    if receiver == "payments":
+        return [
+            {
+                "id": c.charge_id,
+                "kind": c.kind,
+                "account": c.account,
+                "amount_cents": c.amount_cents,
+                "refunds": c.refunds or None,
+                "fencing_token": c.fencing_token,
+                "at": c.created_at.isoformat(),
+            }
+            for c in Charge.objects.filter(key=key).order_by("created_at", "pk")
+        ]
+    if receiver == "inventory":
+        return [
+            {**_reservation(r), "fencing_token": r.fencing_token, "at": r.created_at.isoformat()}
+            for r in Reservation.objects.filter(key=key).order_by("created_at", "pk")
+        ]
+    if receiver == "notify":
+        return [
+            {"id": n.pk, "to": n.to, "message": n.message, "at": n.created_at.isoformat()}
+            for n in Notification.objects.filter(key=key).order_by("created_at", "pk")
+        ]
+    raise KeyError(receiver)
+
+
+def _err(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": code, "message": message}}

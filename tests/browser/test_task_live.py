@@ -1,0 +1,165 @@
+"""The task page in a real browser against daphne and real workers: it follows the journal over
+its websocket, shows what happens without a reload, and catches up after losing the socket."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from playwright.sync_api import Page, WebSocketRoute, expect
+
+from runtime.errors import StaleLease
+from runtime.events import event_append_txn
+from runtime.executions import execution_current
+from runtime.leases import Lease, lease_expire_sweep, operation_claim
+from runtime.models import Event
+from runtime.operations import Report, operation_report
+from tests import factories
+from tests.browser.conftest import operator, poll, wait_live
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.postgres]
+
+
+def timeline_seqs(page: Page) -> list[int]:
+    return [
+        int(s)
+        for s in page.locator("#timeline li").evaluate_all("els => els.map(e => e.dataset.seq)")
+    ]
+
+
+def journal_seqs(task_id: str) -> list[int]:
+    return list(Event.objects.filter(task_id=task_id).order_by("seq").values_list("seq", flat=True))
+
+
+def test_operation_appears_and_succeeds_live_without_reload(page: Page, server, workers):
+    owner = factories.agent()
+    task = factories.task(owner, "summarise the quarterly report")
+    operator(page, server.url)
+    page.goto(f"{server.url}/tasks/{task.pk}/")
+    wait_live(page)
+    page.evaluate("window.__marker = 1")
+    expect(page.locator("#operations")).to_contain_text("No operations yet")
+
+    # No worker yet: the proposal alone must reach the page.
+    op = factories.operation(owner, task, params={"q": "revenue"})
+    row = page.locator(f'#operations tr[data-operation="{op.pk}"]')
+    expect(row).to_have_attribute("data-status", "pending")
+    expect(page.locator("#timeline li .etype", has_text="operation.proposed")).to_have_count(1)
+
+    workers.start(count=1, concurrency=1)
+    expect(row).to_have_attribute("data-status", "succeeded", timeout=60_000)
+    expect(row.locator("[data-field=lease_generation]")).to_have_text("1")
+    expect(row).to_contain_text("revenue")
+    for etype in ("operation.proposed", "operation.claimed", "operation.succeeded"):
+        expect(page.locator(f'#timeline li[data-seq] .etype:text-is("{etype}")')).to_have_count(1)
+    # Every journal event shown once, in order, and the page was never reloaded.
+    wait_for(lambda: timeline_seqs(page) == journal_seqs(task.pk), what="timeline = journal")
+    assert timeline_seqs(page) == list(range(1, len(timeline_seqs(page)) + 1))
+    assert page.evaluate("window.__marker") == 1
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    assert page.page_errors == []  # type: ignore[attr-defined]
+
+
+def _append(task_id: str, reason: str) -> None:
+    with transaction.atomic():
+        event_append_txn(
+            task_id=task_id,
+            type="task.note",
+            state_version=1,
+            now=timezone.now(),
+            actor="user:test",
+            data={"reason": reason},
+        )
+
+
+def test_reconnect_catches_up_every_event_exactly_once_in_order(page: Page, server):
+    owner = factories.agent()
+    task = factories.task(owner, "catch-up")
+    operator(page, server.url)
+
+    # Every socket of the page goes through here, so the test can drop it and hold the
+    # reconnection attempts off while the journal moves on.
+    sockets: list[tuple[WebSocketRoute, WebSocketRoute]] = []
+    refuse = {"on": False}
+    attempts = {"n": 0}
+
+    def route(ws: WebSocketRoute) -> None:
+        attempts["n"] += 1
+        if refuse["on"]:
+            ws.close(code=3001, reason="test: network down")
+            return
+        sockets.append((ws, ws.connect_to_server()))
+
+    page.route_web_socket(re.compile(r"/ws/tasks/"), route)
+    page.goto(f"{server.url}/tasks/{task.pk}/")
+    wait_live(page)
+    page.evaluate("window.__marker = 1")
+
+    for i in range(3):
+        _append(task.pk, f"while connected {i}")
+    wait_for(lambda: timeline_seqs(page) == journal_seqs(task.pk), what="live events shown")
+
+    refuse["on"] = True
+    page_side, server_side = sockets[-1]
+    server_side.close()
+    page_side.close(code=3001, reason="test: connection lost")
+    expect(page.locator("#live-status")).not_to_have_attribute("data-state", "live")
+    seen_before = attempts["n"]
+    for i in range(12):
+        _append(task.pk, f"while offline {i}")
+    # The page kept trying (and was refused) while the events were written.
+    poll(page, lambda: attempts["n"] > seen_before, what="a refused reconnection attempt")
+    assert len(timeline_seqs(page)) == 4
+
+    refuse["on"] = False
+    wait_live(page)
+    for i in range(2):
+        _append(task.pk, f"after reconnect {i}")
+    expected = journal_seqs(task.pk)
+    assert expected == list(range(1, 1 + 3 + 12 + 2 + 1))
+    wait_for(lambda: timeline_seqs(page) == expected, what="timeline to catch up")
+    texts = page.locator("#timeline li").all_inner_texts()
+    assert sum("while offline" in t for t in texts) == 12
+    assert page.evaluate("window.__marker") == 1
+    # The resumed socket asked only for what the page had not seen.
+    assert sockets[-1][0].url.endswith("?after=4")
+
+
+def test_stale_report_shows_under_rejected_observations_with_its_generation(page: Page, server):
+    owner = factories.agent()
+    task = factories.task(owner, "fenced")
+    op = factories.operation(owner, task, params={"x": 1})
+    operator(page, server.url)
+    page.goto(f"{server.url}/tasks/{task.pk}/")
+    expect(page.locator("#rejections")).to_contain_text("None")
+
+    old = operation_claim(op.pk, execution_id=execution_current("stalled"))
+    assert isinstance(old, Lease) and old.lease_generation == 1
+    assert lease_expire_sweep(now=timezone.now() + timedelta(seconds=120)) == 1
+    new = operation_claim(op.pk, execution_id=execution_current("replacement"))
+    assert isinstance(new, Lease) and new.lease_generation == 2
+    with pytest.raises(StaleLease):
+        operation_report(
+            op.pk,
+            lease_generation=old.lease_generation,
+            state_version=old.state_version,
+            report=Report(outcome="succeeded", result={"late": True}),
+            execution_id=None,
+        )
+
+    # The takeover reached the page live; the refused report is on it after a load.
+    row = page.locator(f'#operations tr[data-operation="{op.pk}"]')
+    expect(row).to_have_attribute("data-status", "running")
+    expect(row.locator("[data-field=lease_generation]")).to_have_text("2")
+    page.reload()
+    rejected = page.locator("#rejections tbody tr")
+    expect(rejected).to_have_count(1)
+    expect(rejected).to_contain_text("stale_completion")
+    expect(rejected).to_contain_text(op.pk)
+    cells = rejected.locator("td").all_inner_texts()
+    assert cells[3] == "1"  # the stale generation, not the current one
+    expect(row).not_to_contain_text("late")

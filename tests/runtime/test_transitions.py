@@ -1,0 +1,240 @@
+"""The transition tables and the pure rules derived from them (no database).
+
+Every named edge is allowed under its name, every other pair of states is refused, and the
+per-task counters that ``status_deltas`` maintains always describe the operations that exist,
+so the condition the journal statement derives from them equals ``task_condition_for``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.errors import InvalidTransition
+from runtime.statemachine import status_deltas
+from runtime.transitions import (
+    MACHINES,
+    OPERATION,
+    TASK,
+    Edge,
+    Machine,
+    OperationStatus,
+    TaskCondition,
+    task_condition_for,
+)
+
+S = OperationStatus
+C = TaskCondition
+
+EDGES = [(m.name, e) for m in MACHINES.values() for e in m.edges]
+NON_EDGES = [
+    (m.name, source, target)
+    for m in MACHINES.values()
+    for source, target in itertools.product(m.states, repeat=2)
+    if (source, target) not in {(e.source, e.target) for e in m.edges}
+]
+
+
+def test_every_machine_has_edges_and_refusals():
+    assert set(MACHINES) == {"operation", "task", "cancellation", "approval"}
+    for machine in MACHINES.values():
+        assert machine.edges
+        assert any(name == machine.name for name, *_ in NON_EDGES)
+
+
+@pytest.mark.parametrize(
+    ("machine", "edge"), EDGES, ids=[f"{m}:{e.source}->{e.target}" for m, e in EDGES]
+)
+def test_every_edge_in_the_table_is_allowed_under_its_name(machine: str, edge: Edge):
+    m = MACHINES[machine]
+    assert m.check(edge.source, edge.target) == edge.name
+    assert m.allows(edge.source, edge.target)
+    assert edge.target in m.targets(edge.source)
+    assert edge.source in m.sources_of(edge.target)
+
+
+@pytest.mark.parametrize(
+    ("machine", "source", "target"), NON_EDGES, ids=[f"{m}:{s}->{t}" for m, s, t in NON_EDGES]
+)
+def test_every_other_pair_of_states_is_refused(machine: str, source: str, target: str):
+    m = MACHINES[machine]
+    assert not m.allows(source, target)
+    with pytest.raises(InvalidTransition) as caught:
+        m.check(source, target)
+    assert caught.value.code == "invalid_transition"
+    assert caught.value.status == 409
+    assert caught.value.details == {"source": source, "target": target}
+
+
+@given(
+    machine=st.sampled_from(sorted(MACHINES)),
+    source=st.text(max_size=20),
+    target=st.text(max_size=20),
+)
+def test_names_outside_a_machine_are_refused(machine: str, source: str, target: str):
+    m = MACHINES[machine]
+    if source in m.states and target in m.states:
+        return  # covered exhaustively above
+    with pytest.raises(InvalidTransition):
+        m.check(source, target)
+
+
+def test_a_table_naming_an_unknown_state_or_repeating_an_edge_is_rejected():
+    with pytest.raises(ValueError, match="unknown state"):
+        Machine("m", ("a", "b"), (Edge("go", "a", "c"),))
+    with pytest.raises(ValueError, match="duplicate edge"):
+        Machine("m", ("a", "b"), (Edge("go", "a", "b"), Edge("again", "a", "b")))
+
+
+def _reachable(machine: Machine, starts: set[str]) -> set[str]:
+    seen, frontier = set(starts), list(starts)
+    while frontier:
+        for target in machine.targets(frontier.pop()):
+            if target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    return seen
+
+
+def test_every_operation_status_is_reachable_and_only_settled_ones_can_be_dead_ends():
+    # Proposals start pending, waiting for an approval, or waiting for a signal or timer.
+    assert _reachable(OPERATION, {S.PENDING, S.WAITING_APPROVAL, S.WAITING}) == set(S.ALL)
+    for status in S.ALL:
+        if status not in S.FINAL:
+            assert OPERATION.targets(status), f"{status} would strand an operation"
+
+
+def test_a_terminal_task_never_moves_again():
+    assert TASK.targets(C.TERMINAL) == set()
+    assert TASK.sources_of(C.TERMINAL) == {C.RUNNABLE, C.RUNNING, C.WAITING}
+
+
+# --- task_condition_for ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("statuses", "condition"),
+    [
+        ([], C.RUNNABLE),
+        ([S.SUCCEEDED, S.FAILED, S.CANCELLED, S.COMPENSATED], C.RUNNABLE),
+        ([S.PENDING], C.RUNNABLE),
+        ([S.RETRY_SCHEDULED, S.SUCCEEDED], C.RUNNABLE),
+        ([S.WAITING_APPROVAL], C.WAITING),
+        ([S.WAITING], C.WAITING),
+        ([S.UNRESOLVED, S.SUCCEEDED], C.WAITING),
+        ([S.MANUAL_INTERVENTION], C.WAITING),
+        ([S.EXPIRED], C.WAITING),
+        ([S.PENDING, S.WAITING_APPROVAL], C.RUNNABLE),
+        ([S.RUNNING], C.RUNNING),
+        ([S.COMPENSATING, S.UNRESOLVED], C.RUNNING),
+        ([S.WAITING, S.PENDING, S.RUNNING, S.FAILED], C.RUNNING),
+    ],
+)
+def test_task_condition_for_examples(statuses: list[str], condition: str):
+    assert task_condition_for(statuses) == condition
+    assert task_condition_for(iter(statuses)) == condition
+
+
+statuses_lists = st.lists(st.sampled_from(S.ALL), max_size=12)
+
+
+@given(statuses=statuses_lists, extra=st.sampled_from(S.ALL))
+def test_task_condition_for_priorities(statuses: list[str], extra: str):
+    condition = task_condition_for(statuses)
+    assert condition in (C.RUNNABLE, C.RUNNING, C.WAITING)  # terminal is never derived
+    # Order and repetition do not matter; settled operations never change the condition.
+    assert task_condition_for(list(reversed(statuses)) + statuses) == condition
+    assert task_condition_for([*statuses, S.SUCCEEDED, S.FAILED]) == condition
+    # Running work wins over everything; waiting only when nothing can run or start.
+    with_extra = task_condition_for([*statuses, extra])
+    if condition == C.RUNNING or extra in S.ACTIVE:
+        assert with_extra == C.RUNNING
+    elif extra in S.CLAIMABLE:
+        assert with_extra == C.RUNNABLE
+    if condition == C.WAITING:
+        assert not set(statuses) & (set(S.ACTIVE) | set(S.CLAIMABLE))
+
+
+# --- status_deltas -----------------------------------------------------------------------
+
+maybe_status = st.one_of(st.none(), st.sampled_from(S.ALL))
+
+
+def _weight(status: str | None) -> tuple[int, int, int]:
+    return status_deltas(None, status)
+
+
+def _add(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def test_each_status_counts_in_at_most_one_category():
+    assert status_deltas(None, None) == (0, 0, 0)
+    for status in S.ALL:
+        active, claimable, blocked = _weight(status)
+        assert (active, claimable, blocked) == (
+            int(status in S.ACTIVE),
+            int(status in S.CLAIMABLE),
+            int(status in S.BLOCKED),
+        )
+        assert active + claimable + blocked <= 1
+        if status in S.FINAL:
+            assert (active, claimable, blocked) == (0, 0, 0)
+        assert status_deltas(status, None) == (-active, -claimable, -blocked)
+
+
+@given(a=maybe_status, b=maybe_status, c=maybe_status)
+def test_status_deltas_compose_along_a_path(a: str | None, b: str | None, c: str | None):
+    assert status_deltas(a, a) == (0, 0, 0)
+    assert status_deltas(a, b) == tuple(-x for x in status_deltas(b, a))
+    assert _add(status_deltas(a, b), status_deltas(b, c)) == status_deltas(a, c)
+
+
+def _condition_from_counts(counts: tuple[int, int, int]) -> str:
+    """What the journal statement's CASE derives from the counters (runtime.events)."""
+    active, claimable, blocked = counts
+    if active > 0:
+        return C.RUNNING
+    if claimable > 0:
+        return C.RUNNABLE
+    if blocked > 0:
+        return C.WAITING
+    return C.RUNNABLE
+
+
+@settings(max_examples=200)
+@given(
+    starts=st.lists(st.sampled_from([S.PENDING, S.WAITING_APPROVAL, S.WAITING]), max_size=6),
+    choices=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=60),
+)
+def test_counters_kept_by_deltas_always_describe_the_operations(
+    starts: list[str], choices: list[tuple[int, int]]
+):
+    """Walk operations along random edges of the table, applying only the deltas (as the
+    journal statement does): the counters equal a recount, never go negative, and give the
+    same condition as ``task_condition_for``."""
+    statuses: list[str] = []
+    counts = (0, 0, 0)
+    for status in starts:
+        counts = _add(counts, status_deltas(None, status))
+        statuses.append(status)
+    for which, edge in choices:
+        if not statuses:
+            break
+        i = which % len(statuses)
+        targets = sorted(OPERATION.targets(statuses[i]))
+        if not targets:
+            continue
+        target = targets[edge % len(targets)]
+        OPERATION.check(statuses[i], target)
+        counts = _add(counts, status_deltas(statuses[i], target))
+        statuses[i] = target
+        recount = (0, 0, 0)
+        for status in statuses:
+            recount = _add(recount, _weight(status))
+        assert counts == recount
+        assert min(counts) >= 0
+        assert _condition_from_counts(counts) == task_condition_for(statuses)
