@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import views
+from console.web import support, views
 
 urlpatterns = [
     path(
@@ -16,4 +16,7 @@ urlpatterns = [
     path("fragments/tasks", views.task_list_fragment, name="task-list-fragment"),
     path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
+    path("unresolved/", support.unresolved, name="unresolved"),
+    path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
+    path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
 ]

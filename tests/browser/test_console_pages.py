@@ -10,13 +10,19 @@ from django.utils import timezone
 from playwright.sync_api import BrowserContext, Page, expect
 
 from runtime.events import event_append_txn
-from runtime.executions import execution_current
 from runtime.leases import Lease, operation_claim
-from runtime.models import Task
+from runtime.models import Execution, Task
 from tests import factories
 from tests.browser.conftest import login, operator, wait_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
+
+
+def _execution(label: str) -> str:
+    # Not execution_current(): it caches this process's id, which the previous test's flush
+    # removed from the database.
+    return Execution.objects.create(kind="worker", host="browser-tests", label=label).pk
+
 
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=1</script>'
 
@@ -126,7 +132,7 @@ def test_dashboard_counts_by_condition_and_outcome_and_follows_new_tasks(page: P
         factories.task(owner, "idle")
     running = factories.task(owner, "busy")
     op = factories.operation(owner, running)
-    assert isinstance(operation_claim(op.pk, execution_id=execution_current("browser-test")), Lease)
+    assert isinstance(operation_claim(op.pk, execution_id=_execution("browser-test")), Lease)
     _put(factories.task(owner, "waiting for a signal"), "waiting")
     for outcome in ("succeeded", "succeeded", "failed"):
         _put(factories.task(owner, f"done {outcome}"), "terminal", outcome)

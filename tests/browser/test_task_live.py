@@ -13,15 +13,20 @@ from playwright.sync_api import Page, WebSocketRoute, expect
 
 from runtime.errors import StaleLease
 from runtime.events import event_append_txn
-from runtime.executions import execution_current
 from runtime.leases import Lease, lease_expire_sweep, operation_claim
-from runtime.models import Event
+from runtime.models import Event, Execution
 from runtime.operations import Report, operation_report
 from tests import factories
 from tests.browser.conftest import operator, poll, wait_live
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
+
+
+def _execution(label: str) -> str:
+    # Not execution_current(): it caches this process's id, which the previous test's flush
+    # removed from the database.
+    return Execution.objects.create(kind="worker", host="browser-tests", label=label).pk
 
 
 def timeline_seqs(page: Page) -> list[int]:
@@ -137,10 +142,10 @@ def test_stale_report_shows_under_rejected_observations_with_its_generation(page
     page.goto(f"{server.url}/tasks/{task.pk}/")
     expect(page.locator("#rejections")).to_contain_text("None")
 
-    old = operation_claim(op.pk, execution_id=execution_current("stalled"))
+    old = operation_claim(op.pk, execution_id=_execution("stalled"))
     assert isinstance(old, Lease) and old.lease_generation == 1
     assert lease_expire_sweep(now=timezone.now() + timedelta(seconds=120)) == 1
-    new = operation_claim(op.pk, execution_id=execution_current("replacement"))
+    new = operation_claim(op.pk, execution_id=_execution("replacement"))
     assert isinstance(new, Lease) and new.lease_generation == 2
     with pytest.raises(StaleLease):
         operation_report(
@@ -163,3 +168,26 @@ def test_stale_report_shows_under_rejected_observations_with_its_generation(page
     cells = rejected.locator("td").all_inner_texts()
     assert cells[3] == "1"  # the stale generation, not the current one
     expect(row).not_to_contain_text("late")
+
+
+def test_page_of_a_session_that_ended_says_so_and_never_shows_the_login_form_inline(
+    page: Page, server
+):
+    task = factories.task(factories.agent(), "watched")
+    operator(page, server.url)
+    page.goto(f"{server.url}/tasks/{task.pk}/")
+    wait_live(page)
+
+    # Logged out from another tab of the same browser.
+    other = page.context.new_page()
+    other.goto(f"{server.url}/tasks/")
+    other.get_by_role("button", name="Log out").click()
+    other.wait_for_url(f"{server.url}/login/")
+
+    # The next event makes the page re-fetch its fragment, which now answers with the login
+    # page: the page stops following and tells the person, instead of embedding that page.
+    _append(task.pk, "after logout")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "signed-out")
+    expect(page.locator("#live-status")).to_contain_text("signed out")
+    assert page.locator("#task-live input[name=password]").count() == 0
+    expect(page.locator("#task-live h1")).to_have_text("watched")

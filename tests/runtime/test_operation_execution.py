@@ -9,9 +9,8 @@ import pytest
 from django.utils import timezone
 
 from runtime.errors import StaleLease
-from runtime.executions import execution_current
 from runtime.leases import Lease, lease_expire_sweep, operation_claim
-from runtime.models import Event, Invocation, Operation, RejectedObservation
+from runtime.models import Event, Execution, Invocation, Operation, RejectedObservation
 from runtime.operations import Report, operation_report
 from runtime.worker import execute_operation
 from tests import factories
@@ -58,7 +57,8 @@ def test_stale_acceptance_after_takeover_is_rejected_and_recorded(workers):
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"x": 1})
     # An old owner (this process) claims generation 1, then stalls past its lease.
-    old = operation_claim(op.pk, execution_id=execution_current("stalled"))
+    stalled = Execution.objects.create(host="stalled-worker", pid=0).pk
+    old = operation_claim(op.pk, execution_id=stalled)
     assert isinstance(old, Lease) and old.lease_generation == 1
     assert lease_expire_sweep(now=timezone.now() + timedelta(seconds=120)) == 1
 

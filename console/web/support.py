@@ -1,0 +1,101 @@
+"""The support queue (/unresolved/): operations whose outcome no machine could establish, with
+their evidence, and the resolutions their receiver's contract allows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from console.web.views import console_view
+from runtime import events as journal
+from runtime import resolutions
+from runtime.actors import ROLE_SUPPORT, Actor
+from runtime.errors import DomainError, InvalidInput
+from runtime.models import Operation
+from runtime.tools import Contract, adapters
+
+# Which resolutions make sense for which receiver contract (the service enforces the same).
+_ALLOWED = {
+    Contract.NONE: ("succeeded", "no_effect"),
+    Contract.LOOKUP: ("succeeded", "no_effect", "lookup", "retry_same_key"),
+    Contract.REPLAY: ("succeeded", "no_effect", "retry_same_key"),
+    Contract.PURE: ("succeeded", "no_effect", "retry_same_key"),
+}
+_LABELS = {
+    "succeeded": "Mark succeeded",
+    "no_effect": "Mark no effect",
+    "retry_same_key": "Retry with the same key",
+    "lookup": "Look up at the receiver",
+    "compensate": "Compensate",
+}
+
+
+def _rows(actor: Actor) -> list[dict[str, Any]]:
+    rows = []
+    registry = adapters()
+    for op in resolutions.unresolved_queue(actor):
+        adapter = registry.get(op.tool)
+        contract = adapter.contract if adapter is not None else Contract.NONE
+        allowed = list(_ALLOWED.get(contract, ("succeeded", "no_effect")))
+        if adapter is not None and adapter.compensation_tool and isinstance(op.result, dict):
+            allowed.append("compensate")
+        rows.append(
+            {
+                "op": op,
+                "contract": contract,
+                "actions": [(a, _LABELS[a]) for a in allowed],
+                "invocations": list(op.invocations.order_by("number")),
+                "history": list(op.resolutions.order_by("at")),
+            }
+        )
+    return rows
+
+
+def _context(actor: Actor) -> dict[str, Any]:
+    return {
+        "rows": _rows(actor),
+        "can_resolve": actor.has_role(ROLE_SUPPORT),
+        "feed_head": journal.feed_head(),
+    }
+
+
+@require_GET
+@console_view
+def unresolved(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/unresolved.html", _context(actor))
+
+
+@require_GET
+@console_view
+def unresolved_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(request, "console/_unresolved_rows.html", _context(actor))
+
+
+@require_POST
+@console_view
+def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpResponse:
+    try:
+        version = int(request.POST.get("state_version", ""))
+    except ValueError:
+        raise InvalidInput("state_version is missing") from None
+    resolution = request.POST.get("resolution", "")
+    try:
+        op: Operation = resolutions.operation_resolve(
+            actor,
+            operation_id,
+            resolution=resolution,
+            evidence=request.POST.get("evidence", ""),
+            state_version=version,
+        )
+    except DomainError as exc:
+        if exc.code == "state_version_mismatch":
+            messages.error(request, "Someone else changed this operation first; nothing was done.")
+        else:
+            messages.error(request, f"Refused: {exc.message}")
+        return HttpResponseRedirect("/unresolved/")
+    messages.success(request, f"{op.pk}: {_LABELS.get(resolution, resolution)} → now {op.status}.")
+    return HttpResponseRedirect("/unresolved/")
