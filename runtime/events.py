@@ -7,7 +7,10 @@ that will ever exist. Broadcasts are hints sent after commit; readers always cat
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -121,23 +124,63 @@ def event_append_txn(
 
 def event_hint(task_id: str, seq: int, type: str) -> None:
     """Tell live readers that the journal moved. At-most-once and lossy by design (the channel
-    layer drops over capacity); readers catch up from the journal, so a lost hint only delays."""
-    try:
-        from asgiref.sync import async_to_sync
-        from channels.layers import get_channel_layer
+    layer drops over capacity); readers catch up from the journal, so a lost hint only delays.
+    Sent from a background loop so the committing worker never waits on Redis."""
+    _hints.send({"type": "journal.hint", "task": task_id, "seq": seq, "event": type})
+
+
+class _HintSender:
+    """One daemon thread per process with a long-lived event loop: the channel layer keeps its
+    connections on that loop, and callers only enqueue (microseconds, never blocking)."""
+
+    MAX_PENDING = 10_000
+
+    def __init__(self) -> None:
+        self._pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._layer: Any = None
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def _start(self) -> bool:
+        from channels.layers import InMemoryChannelLayer, get_channel_layer
 
         layer = get_channel_layer()
-        if layer is None:
-            return
-        message = {"type": "journal.hint", "task": task_id, "seq": seq, "event": type}
-        async_to_sync(_send_hints)(layer, task_id, message)
-    except Exception:  # a hint must never fail the committed work it reports
-        log.debug("journal hint for %s not delivered", task_id, exc_info=True)
+        # The in-memory layer lives in one process and one loop: its readers follow the
+        # journal by polling instead (embedded mode).
+        if layer is None or isinstance(layer, InMemoryChannelLayer):
+            return False
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="journal-hints", daemon=True)
+        thread.start()
+        self._loop, self._layer, self._pid = loop, layer, os.getpid()
+        return True
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            with self._lock:
+                if self._pid != os.getpid() and not self._start():
+                    return
+                if self._pending >= self.MAX_PENDING:
+                    return
+                self._pending += 1
+            assert self._loop is not None
+            asyncio.run_coroutine_threadsafe(self._deliver(message), self._loop)
+        except Exception:  # a hint must never fail the committed work it reports
+            log.debug("journal hint not sent", exc_info=True)
+
+    async def _deliver(self, message: dict[str, Any]) -> None:
+        try:
+            await self._layer.group_send(TASK_GROUP.format(task_id=message["task"]), message)
+            await self._layer.group_send(FEED_GROUP, message)
+        except Exception:
+            log.debug("journal hint not delivered", exc_info=True)
+        finally:
+            with self._lock:
+                self._pending -= 1
 
 
-async def _send_hints(layer: Any, task_id: str, message: dict[str, Any]) -> None:
-    await layer.group_send(TASK_GROUP.format(task_id=task_id), message)
-    await layer.group_send(FEED_GROUP, message)
+_hints = _HintSender()
 
 
 def events_after(task_id: str, after: int, limit: int = 200) -> list[Event]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 
-from django.db import close_old_connections
-
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
@@ -26,9 +24,7 @@ def operation_execute(operation_id: str) -> str:
         if lease.operation_exists:
             claim_refused_record(operation_id, execution_id, lease.reason)
         return "nothing_to_claim"
-    op = Operation.objects.get(pk=operation_id)
-    report = _invoke(op, lease)
-    close_old_connections()
+    report = _invoke(lease.operation, lease)
     try:
         operation_report(
             operation_id,
@@ -46,6 +42,7 @@ def operation_execute(operation_id: str) -> str:
 
 
 def _invoke(op: Operation, lease: Lease) -> Report:
+    """Run the adapter outside any transaction: the receiver's commit is its own."""
     adapter = adapter_for(op.tool)
 
     def heartbeat() -> bool:

@@ -37,6 +37,7 @@ class Lease:
     state_version: int
     lease_expires_at: datetime
     invocation_number: int
+    operation: Operation
 
 
 def lease_seconds() -> int:
@@ -136,7 +137,7 @@ def operation_claim(
             started_at=now,
         )
         outbox_consume_txn(op.pk)
-    return Lease(op.pk, generation, op.state_version, expires, number)
+    return Lease(op.pk, generation, op.state_version, expires, number, op)
 
 
 def _tool_known(name: str) -> bool:

@@ -26,6 +26,7 @@
     setStatus(state);
   }
 
+  var REFRESH_GAP_MS = 300;
   var pending = {};
   function refresh(ids) {
     if (stopped) return;
@@ -42,10 +43,15 @@
           return r.ok ? r.text() : null;
         })
         .then(function (html) { if (html !== null) el.innerHTML = html; })
+        .catch(function () { /* unreachable server: the next event after reconnecting refetches */ })
         .finally(function () {
-          var again = pending[id] === "again";
-          pending[id] = false;
-          if (again) refresh([id]);
+          // Events that came in meanwhile are folded into one more fetch, after a short gap:
+          // a busy journal must not turn every open page into a tight loop of page renders.
+          if (pending[id] === "again") {
+            setTimeout(function () { pending[id] = false; refresh([id]); }, REFRESH_GAP_MS);
+          } else {
+            pending[id] = false;
+          }
         });
     });
   }

@@ -10,11 +10,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
-from console.api.serializers import operation_out, parse, task_out
+from console.api.serializers import Int, Text, operation_out, parse, task_out
+from console.api.views import ApiView
 from runtime import cancellation, operations, resolutions, tasks
 from runtime.errors import NotFound
 from runtime.models import Operation
@@ -23,13 +23,13 @@ JSON = OpenApiTypes.OBJECT
 
 
 class ReasonIn(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = Text(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class ResolveIn(serializers.Serializer):
     resolution = serializers.ChoiceField(choices=resolutions.RESOLUTIONS)
-    evidence = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
-    state_version = serializers.IntegerField(min_value=1)
+    evidence = Text(max_length=10000, required=False, allow_blank=True, default="")
+    state_version = Int(min_value=1)
 
 
 def _task_body(task: Any) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def _operation_body(op: Operation) -> dict[str, Any]:
     return operation_out(op, operations.invocations_of(op))
 
 
-class TaskCancel(APIView):
+class TaskCancel(ApiView):
     @extend_schema(request=ReasonIn, responses={202: JSON})
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
@@ -49,7 +49,7 @@ class TaskCancel(APIView):
         return Response(_task_body(task), status=202)
 
 
-class TaskFail(APIView):
+class TaskFail(ApiView):
     @extend_schema(request=ReasonIn, responses={202: JSON})
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
@@ -58,7 +58,7 @@ class TaskFail(APIView):
         return Response(_task_body(task), status=202)
 
 
-class OperationResolve(APIView):
+class OperationResolve(ApiView):
     @extend_schema(request=ResolveIn, responses={200: JSON})
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
@@ -73,7 +73,7 @@ class OperationResolve(APIView):
         return Response(_operation_body(op))
 
 
-class ReceiverEffects(APIView):
+class ReceiverEffects(ApiView):
     @extend_schema(parameters=[OpenApiParameter("key", str, required=True)], responses={200: JSON})
     def get(self, request: Request, receiver: str) -> Response:
         from django.conf import settings

@@ -283,3 +283,33 @@ def test_a_form_body_with_unstorable_text_is_400(db, raw):
     )
     assert_error(response, 400)
     _nothing_created()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/tasks",
+        "/api/v1/tasks/{task}/operations",
+        "/api/v1/tasks/{task}/cancel",
+        "/api/v1/tasks/{task}/fail",
+        "/api/v1/operations/{op}/claim",
+        "/api/v1/operations/{op}/heartbeat",
+        "/api/v1/operations/{op}/complete",
+        "/api/v1/operations/{op}/resolve",
+    ],
+)
+@pytest.mark.parametrize(
+    "raw",
+    ["[" * 5000 + "]" * 5000, '{"reason": "\\u0000", "params": {"a": 1e999}}'],
+    ids=["deep", "unstorable"],
+)
+def test_every_post_parses_bodies_the_same_way(db, path, raw):
+    admin = factories.console_user("admin")
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, executor="agent")
+    events = Event.objects.count()
+    url = path.format(task=task.pk, op=op.pk)
+    assert_error(post_raw(admin.client(), url, raw, HTTP_IDEMPOTENCY_KEY="k"), 400)
+    assert Event.objects.count() == events
+    assert not IdempotentRequest.objects.exists()
