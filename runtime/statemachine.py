@@ -152,13 +152,30 @@ def rejection_record(
     execution_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> RejectedObservation:
-    """Keep what a stale or duplicate actor tried, for diagnosis. Runs in its own (autocommit)
-    statement after the rejected transaction rolled back."""
-    return RejectedObservation.objects.create(
-        operation_id=operation_id,
-        kind=kind,
-        lease_generation=lease_generation,
-        state_version=state_version,
-        execution_id=execution_id,
-        detail=detail or {},
-    )
+    """Keep what a stale or duplicate actor tried, for diagnosis, after the rejected change
+    rolled back (its own atomic block). A stale completion is also journalled, so live pages
+    show it; routine duplicate deliveries are only kept, not journalled."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    with transaction.atomic():
+        rejected = RejectedObservation.objects.create(
+            operation_id=operation_id,
+            kind=kind,
+            lease_generation=lease_generation,
+            state_version=state_version,
+            execution_id=execution_id,
+            detail=detail or {},
+        )
+        if kind == "stale_completion" and operation_id is not None:
+            op = Operation.objects.filter(pk=operation_id).only("task_id", "state_version").first()
+            if op is not None:
+                event_append_txn(
+                    task_id=op.task_id,
+                    type="operation.report_rejected",
+                    state_version=op.state_version,
+                    now=timezone.now(),
+                    operation_id=operation_id,
+                    data={"lease_generation": lease_generation, "reason": "stale report refused"},
+                )
+    return rejected

@@ -43,7 +43,7 @@
           return r.ok ? r.text() : null;
         })
         .then(function (html) { if (html !== null) el.innerHTML = html; })
-        .catch(function () { /* unreachable server: the next event after reconnecting refetches */ })
+        .catch(function () { /* unreachable server: reconnecting refetches */ })
         .finally(function () {
           // Events that came in meanwhile are folded into one more fetch, after a short gap:
           // a busy journal must not turn every open page into a tight loop of page renders.
@@ -56,14 +56,21 @@
     });
   }
 
-  function connect(path, cursorRef, onMessage) {
+  function connect(path, cursorRef, onMessage, fragmentIds) {
     var delay = 500;
+    var opened = false;
     function open() {
       if (stopped) return;
       setStatus("connecting");
       var scheme = location.protocol === "https:" ? "wss://" : "ws://";
       var ws = new WebSocket(scheme + location.host + path + "?after=" + cursorRef());
-      ws.onopen = function () { delay = 500; setStatus("live"); };
+      ws.onopen = function () {
+        delay = 500;
+        setStatus("live");
+        // What the fragments show may have changed while the socket was down.
+        if (opened) refresh(fragmentIds);
+        opened = true;
+      };
       ws.onmessage = function (m) { onMessage(JSON.parse(m.data)); };
       ws.onclose = function (ev) {
         // Refused (4401 logged out, 4403 no role, 4404 gone): retrying cannot help.
@@ -105,7 +112,7 @@
         timeline.dataset.lastSeq = String(last);
         timeline.appendChild(timelineItem(msg.event));
         refresh(fragmentIds);
-      });
+      }, fragmentIds);
     },
     followFeed: function (position, fragmentIds) {
       var last = position;
@@ -113,7 +120,7 @@
         if (msg.type !== "hint") return;
         last = Math.max(last, msg.position);
         refresh(fragmentIds);
-      });
+      }, fragmentIds);
     },
     refresh: refresh
   };
