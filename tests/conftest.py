@@ -186,6 +186,39 @@ class WorkerPool:
         self.workers.append(beat)
         return beat
 
+    def start_supervised(
+        self, concurrency: int = 1, only: str = "worker,beat", **env: Any
+    ) -> Worker:
+        """Start workers (and beat) the way `make run` does: under its supervisor, which
+        restarts a process that dies."""
+        from django.utils import timezone
+
+        from runtime.models import Execution
+
+        since = timezone.now()
+        log = self.tmp / f"supervised-{len(self.workers) + 1}.log"
+        env.setdefault("LEASE_SECONDS", 30)
+        env["WORKERS"] = concurrency
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runstack", "--only", only],
+                cwd=ROOT,
+                env=service_env(**env),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
+        stack = Worker(proc, log, "supervised")
+        self.workers.append(stack)
+        wait_for(
+            lambda: (
+                Execution.objects.filter(kind="worker", started_at__gte=since).count()
+                >= concurrency
+            ),
+            timeout=60,
+            what=f"supervised workers to start:\n{stack.tail()}",
+        )
+        return stack
+
     def stop_all(self) -> None:
         for worker in self.workers:
             worker.stop()

@@ -23,7 +23,7 @@ APPROVAL_THRESHOLD_CENTS = 10000
 
 
 def _effective(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k != "_fault"}
+    return {k: v for k, v in params.items() if not k.startswith("_")}
 
 
 def _outcome(response: receivers.Response, handle_field: str = "id") -> ToolResult:
@@ -52,6 +52,7 @@ class Echo(ToolAdapter):
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
+        faults.work(ctx)
         result = _effective(ctx.params)
         faults.after_effect(ctx, fault)
         return ToolResult(result=result, usage={"tool_calls": 1})

@@ -32,6 +32,7 @@ class Fault:
 
 
 def fault_parse(params: dict[str, object]) -> Fault:
+    work_seconds(params)
     raw = params.get("_fault")
     if raw in (None, ""):
         return Fault()
@@ -48,6 +49,34 @@ def fault_parse(params: dict[str, object]) -> Fault:
     if raw not in KNOBS:
         raise InvalidInput(f"unknown _fault {raw!r}")
     return Fault(raw)
+
+
+MAX_WORK_SECONDS = 600
+
+
+def work_seconds(params: dict[str, object]) -> float:
+    """``"_work_seconds": N`` makes a demo tool take N seconds, heartbeating its lease."""
+    raw = params.get("_work_seconds", 0)
+    if (
+        isinstance(raw, bool)
+        or not isinstance(raw, int | float)
+        or not 0 <= raw <= MAX_WORK_SECONDS
+    ):
+        raise InvalidInput(f"_work_seconds must be a number from 0 to {MAX_WORK_SECONDS}")
+    return float(raw)
+
+
+def work(ctx: InvocationContext) -> None:
+    """Long-running work that keeps its lease: heartbeat (under its own generation) at a third
+    of the lease, and stop early when told the work was cancelled or the lease was lost."""
+    remaining = work_seconds(ctx.params)
+    step = max(0.2, settings.LEASE_SECONDS / 3)
+    while remaining > 0:
+        pause = min(step, remaining)
+        time.sleep(pause)
+        remaining -= pause
+        if ctx.heartbeat():
+            raise ToolFailure(ToolFailure.TRANSIENT, "stopped: cancelled or lease lost")
 
 
 def before_effect(ctx: InvocationContext) -> Fault:

@@ -95,8 +95,9 @@ def test_redis_stopped_and_restarted_mid_run_loses_no_operation(workers, private
     env = {**FAST, "REDIS_URL": private_redis.url}
     web = server_start(tmp_path, **env)
     try:
-        workers.start(count=1, concurrency=2, **env)
-        workers.start_beat(**env)
+        # As deployed: supervised. (kombu's Redis client can crash the worker process while
+        # the broker is away; the supervisor restarts it and the database says what is due.)
+        workers.start_supervised(concurrency=2, **env)
         owner = factories.agent()
         task = factories.task(owner)
         client = httpx.Client(base_url=web.url, headers=owner.headers, timeout=30)
@@ -197,3 +198,18 @@ def test_attempts_are_bounded_and_survive_worker_replacement(workers):
     invocations = list(Invocation.objects.filter(operation=op).order_by("number"))
     assert [i.number for i in invocations] == [1, 2, 3]
     assert len({i.execution_id for i in invocations}) >= 2
+
+
+def test_long_running_work_heartbeats_its_lease_and_is_not_taken_over(workers):
+    workers.start(count=1, concurrency=2, **FAST)
+    workers.start_beat(**FAST)
+    owner = factories.agent()
+    task = factories.task(owner)
+    # Three lease periods of work: without heartbeats the sweeper would hand it over.
+    op = factories.operation(owner, task, params={"_work_seconds": 9, "v": 4})
+    wait_for(lambda: _status(op.pk) == "succeeded", timeout=60, what="the long work")
+    op.refresh_from_db()
+    assert op.lease_generation == 1
+    assert op.attempts_used == 1
+    assert op.result == {"v": 4}
+    assert not Event.objects.filter(operation=op, type="operation.lease_expired").exists()

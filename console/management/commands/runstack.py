@@ -1,14 +1,12 @@
 """Run the whole system in the foreground: web (daphne, ASGI), a Celery worker with WORKERS prefork
-children, and Celery beat (the sweeper). Ctrl-C stops all three; if one dies, all stop."""
+children, and Celery beat (the sweeper), under a supervisor: a process that dies is restarted,
+one that keeps dying stops the stack. Ctrl-C stops all three."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
+from console.supervisor import Supervisor
 from runtime.accounts import console_user_create
 from runtime.actors import ROLES
 from runtime.tokens import token_issue_for_agent
@@ -28,8 +27,16 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--no-beat", action="store_true")
+        parser.add_argument(
+            "--only",
+            default="web,worker,beat",
+            help="comma-separated processes to run (web, worker, beat)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        only = {p.strip() for p in options["only"].split(",") if p.strip()}
+        if options["no_beat"]:
+            only.discard("beat")
         embedded = settings.EMBEDDED_DATABASE
         if embedded:
             self._demo_accounts()
@@ -69,7 +76,7 @@ class Command(BaseCommand):
                 f"worker-{os.getpid()}@%h",
             ],
         }
-        if not options["no_beat"]:
+        if "beat" in only:
             commands["beat"] = [
                 python,
                 "-m",
@@ -89,34 +96,12 @@ class Command(BaseCommand):
             f"{settings.WORKERS} worker process(es). Ctrl-C stops."
         )
         self.stdout.flush()
-        procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
-        stopping = False
-
-        def stop(*_: Any) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        code = 0
-        while not stopping:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    self.stderr.write(f"{name} exited with {proc.returncode}; stopping")
-                    code = proc.returncode or 1
-                    stopping = True
-                    break
-            time.sleep(0.5)
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.time() + 15
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        sys.exit(code)
+        supervisor = Supervisor(
+            {name: cmd for name, cmd in commands.items() if name in only},
+            env,
+            log=lambda line: self.stderr.write(line),
+        )
+        sys.exit(supervisor.run())
 
     def _demo_accounts(self) -> None:
         """On the first embedded start: one console user per role and a demo agent token,
