@@ -5,13 +5,14 @@ acceptance. Duplicate or late deliveries find nothing to claim and do nothing.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
 from runtime.models import Operation
 from runtime.operations import Report, operation_report
-from runtime.tools import Contract, InvocationContext, ToolFailure, adapter_for
+from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +53,10 @@ def _invoke(op: Operation, lease: Lease) -> Report:
             return True  # lost the lease: stop as if cancelled
         return cancel
 
-    ctx = InvocationContext(
-        operation_id=op.pk,
-        task_id=op.task_id,
-        step=op.step,
-        idempotency_key=op.idempotency_key,
-        params=op.params,
+    ctx = invocation_context(
+        op,
         fencing_token=lease.lease_generation,
         invocation_number=lease.invocation_number,
-        deadline=op.deadline,
         heartbeat=heartbeat,
     )
     try:
@@ -68,13 +64,7 @@ def _invoke(op: Operation, lease: Lease) -> Report:
             # An earlier invocation went unconfirmed: ask the receiver before acting again.
             found = adapter.lookup(ctx)
             if found is not None:
-                return Report(
-                    outcome="succeeded",
-                    result=found.result,
-                    usage=found.usage,
-                    receipt=found.receipt,
-                    provider_handle=found.provider_handle,
-                )
+                return _succeeded(found)
         outcome = adapter.invoke(ctx)
     except ToolFailure as failure:
         if failure.kind == ToolFailure.UNKNOWN:
@@ -88,10 +78,36 @@ def _invoke(op: Operation, lease: Lease) -> Report:
     except Exception as exc:  # an adapter bug is a permanent failure with its message, not a crash
         log.exception("tool %s raised", op.tool)
         return Report(outcome="failed", error_kind=ToolFailure.PERMANENT, message=repr(exc)[:500])
+    return _succeeded(outcome)
+
+
+def _succeeded(outcome: ToolResult) -> Report:
     return Report(
         outcome="succeeded",
         result=outcome.result,
         usage=outcome.usage,
         receipt=outcome.receipt,
         provider_handle=outcome.provider_handle,
+    )
+
+
+def invocation_context(
+    op: Operation,
+    *,
+    fencing_token: int,
+    invocation_number: int,
+    heartbeat: Callable[[], bool] = lambda: False,
+) -> InvocationContext:
+    """What an adapter gets for one call: the operation's stable key and parameters, and the
+    lease generation as fencing token."""
+    return InvocationContext(
+        operation_id=op.pk,
+        task_id=op.task_id,
+        step=op.step,
+        idempotency_key=op.idempotency_key,
+        params=op.params,
+        fencing_token=fencing_token,
+        invocation_number=invocation_number,
+        deadline=op.deadline,
+        heartbeat=heartbeat,
     )

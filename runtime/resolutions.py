@@ -12,11 +12,12 @@ from django.utils import timezone
 
 from runtime.actors import ROLE_SUPPORT, Actor, user_roles
 from runtime.errors import Conflict, InvalidInput, NotAuthorized, TransitionRejected
+from runtime.executor import invocation_context
 from runtime.models import Invocation, Operation, Resolution
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn
-from runtime.tools import Contract, InvocationContext, adapters
+from runtime.tools import Contract, adapters
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
@@ -72,7 +73,11 @@ def operation_resolve(
         if adapter is None or contract != Contract.LOOKUP:
             raise ResolutionNotAllowed("this receiver cannot be asked what happened")
         # Ask before taking any lock: a receiver call must not hold the operation's row.
-        found = adapter.lookup(_context(op))
+        found = adapter.lookup(
+            invocation_context(
+                op, fencing_token=op.lease_generation, invocation_number=op.attempts_used
+            )
+        )
         looked_up = found if found is not None else False
     if resolution == "retry_same_key" and contract not in (
         Contract.REPLAY,
@@ -187,19 +192,6 @@ def _audit(
         to_status=to_status,
         state_version=op.state_version,
         at=now,
-    )
-
-
-def _context(op: Operation) -> InvocationContext:
-    return InvocationContext(
-        operation_id=op.pk,
-        task_id=op.task_id,
-        step=op.step,
-        idempotency_key=op.idempotency_key,
-        params=op.params,
-        fencing_token=op.lease_generation,
-        invocation_number=op.attempts_used,
-        deadline=op.deadline,
     )
 
 

@@ -3,8 +3,6 @@ read-only effects view. Thin: parse, authorise (in the service), call one servic
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -13,9 +11,9 @@ from rest_framework.response import Response
 
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
-from console.api.serializers import Int, Text, operation_out, parse, task_out
-from console.api.views import ApiView
-from runtime import cancellation, operations, resolutions, tasks
+from console.api.serializers import Int, Text, parse
+from console.api.views import ApiView, operation_body, task_body
+from runtime import cancellation, resolutions
 from runtime.errors import NotFound
 from runtime.models import Operation
 
@@ -32,30 +30,25 @@ class ResolveIn(serializers.Serializer):
     state_version = Int(min_value=1)
 
 
-def _task_body(task: Any) -> dict[str, Any]:
-    return task_out(task, tasks.task_pending_operation_ids(task))
+class _TaskStop(ApiView):
+    """Stop a task through one of the cancellation services (202 with the task)."""
 
+    stop = staticmethod(cancellation.task_cancel)
 
-def _operation_body(op: Operation) -> dict[str, Any]:
-    return operation_out(op, operations.invocations_of(op))
-
-
-class TaskCancel(ApiView):
     @extend_schema(request=ReasonIn, responses={202: JSON})
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})
-        task = cancellation.task_cancel(actor_of(request), task_id, data["reason"])
-        return Response(_task_body(task), status=202)
+        task = self.stop(actor_of(request), task_id, data["reason"])
+        return Response(task_body(task), status=202)
 
 
-class TaskFail(ApiView):
-    @extend_schema(request=ReasonIn, responses={202: JSON})
-    @idempotent
-    def post(self, request: Request, task_id: str) -> Response:
-        data = parse(ReasonIn, request.data or {})
-        task = cancellation.task_fail(actor_of(request), task_id, data["reason"])
-        return Response(_task_body(task), status=202)
+class TaskCancel(_TaskStop):
+    stop = staticmethod(cancellation.task_cancel)
+
+
+class TaskFail(_TaskStop):
+    stop = staticmethod(cancellation.task_fail)
 
 
 class OperationResolve(ApiView):
@@ -70,7 +63,7 @@ class OperationResolve(ApiView):
             evidence=data["evidence"],
             state_version=data["state_version"],
         )
-        return Response(_operation_body(op))
+        return Response(operation_body(op))
 
 
 class ReceiverEffects(ApiView):

@@ -29,11 +29,11 @@ from runtime.models import Operation, Task
 JSON = OpenApiTypes.OBJECT
 
 
-def _task_body(task: Task) -> dict[str, Any]:
+def task_body(task: Task) -> dict[str, Any]:
     return s.task_out(task, tasks.task_pending_operation_ids(task))
 
 
-def _operation_body(op: Operation) -> dict[str, Any]:
+def operation_body(op: Operation) -> dict[str, Any]:
     return s.operation_out(op, operations.invocations_of(op))
 
 
@@ -92,7 +92,7 @@ class TaskCollection(ApiView):
         page, more = rows[:limit], len(rows) > limit
         return Response(
             {
-                "results": [_task_body(t) for t in page],
+                "results": [task_body(t) for t in page],
                 "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
             }
         )
@@ -112,13 +112,13 @@ class TaskCollection(ApiView):
                 compensate_on=data.get("compensate_on") or [],
             ),
         )
-        return Response(_task_body(task), status=201)
+        return Response(task_body(task), status=201)
 
 
 class TaskDetail(ApiView):
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(_task_body(tasks.task_get(actor_of(request), task_id)))
+        return Response(task_body(tasks.task_get(actor_of(request), task_id)))
 
 
 class TaskOperations(ApiView):
@@ -127,7 +127,7 @@ class TaskOperations(ApiView):
         actor = actor_of(request)
         tasks.task_get(actor, task_id)
         ops = operations.operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
-        return Response({"results": [_operation_body(op) for op in ops]})
+        return Response({"results": [operation_body(op) for op in ops]})
 
     @extend_schema(request=s.OperationIn, responses={200: JSON, 201: JSON})
     @idempotent
@@ -150,7 +150,7 @@ class TaskOperations(ApiView):
                 timeout_seconds=data.get("timeout_seconds"),
             ),
         )
-        return Response(_operation_body(op), status=201 if created else 200)
+        return Response(operation_body(op), status=201 if created else 200)
 
 
 class OperationCollection(ApiView):
@@ -172,7 +172,7 @@ class OperationCollection(ApiView):
         page, more = rows[:limit], len(rows) > limit
         return Response(
             {
-                "results": [_operation_body(op) for op in page],
+                "results": [operation_body(op) for op in page],
                 "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
             }
         )
@@ -181,7 +181,7 @@ class OperationCollection(ApiView):
 class OperationDetail(ApiView):
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, operation_id: str) -> Response:
-        return Response(_operation_body(operations.operation_get(actor_of(request), operation_id)))
+        return Response(operation_body(operations.operation_get(actor_of(request), operation_id)))
 
 
 def _agent_operation(request: Request, operation_id: str) -> Operation:
@@ -239,7 +239,7 @@ class OperationComplete(ApiView):
                 usage=data.get("usage") or {},
             ),
         )
-        return Response(_operation_body(accepted))
+        return Response(operation_body(accepted))
 
 
 class _StreamOrJson(DefaultContentNegotiation):
