@@ -32,7 +32,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "",
+    pause: Callable[[float], Any] = time.sleep,
 ) -> Any:
     """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -42,7 +46,25 @@ def wait_for(
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
+        pause(interval)
+
+
+def journal_note(task_id: str, reason: str) -> None:
+    """Append a neutral event to a task's journal (as any accepted change would)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from runtime.events import event_append_txn
+
+    with transaction.atomic():
+        event_append_txn(
+            task_id=task_id,
+            type="task.note",
+            state_version=1,
+            now=timezone.now(),
+            actor="user:test",
+            data={"reason": reason},
+        )
 
 
 def free_port() -> int:

@@ -14,7 +14,6 @@ is started. Two consequences:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests import factories
+from tests.conftest import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -100,11 +100,4 @@ def wait_live(page: Page) -> None:
 def poll(page: Page, predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
     """``wait_for`` for conditions that Playwright callbacks (routes, events) make true: waits
     between checks inside Playwright, whose loop only dispatches them while it runs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        page.wait_for_timeout(50)
+    return wait_for(predicate, timeout, 0.05, what, pause=lambda s: page.wait_for_timeout(s * 1000))

@@ -7,18 +7,16 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
 from django.utils import timezone
 from playwright.sync_api import Page, WebSocketRoute, expect
 
 from runtime.errors import StaleLease
-from runtime.events import event_append_txn
 from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Event, Execution
 from runtime.operations import Report, operation_report
 from tests import factories
 from tests.browser.conftest import operator, poll, wait_live
-from tests.conftest import wait_for
+from tests.conftest import journal_note, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
@@ -69,18 +67,6 @@ def test_operation_appears_and_succeeds_live_without_reload(page: Page, server, 
     assert page.page_errors == []  # type: ignore[attr-defined]
 
 
-def _append(task_id: str, reason: str) -> None:
-    with transaction.atomic():
-        event_append_txn(
-            task_id=task_id,
-            type="task.note",
-            state_version=1,
-            now=timezone.now(),
-            actor="user:test",
-            data={"reason": reason},
-        )
-
-
 def test_reconnect_catches_up_every_event_exactly_once_in_order(page: Page, server):
     owner = factories.agent()
     task = factories.task(owner, "catch-up")
@@ -105,7 +91,7 @@ def test_reconnect_catches_up_every_event_exactly_once_in_order(page: Page, serv
     page.evaluate("window.__marker = 1")
 
     for i in range(3):
-        _append(task.pk, f"while connected {i}")
+        journal_note(task.pk, f"while connected {i}")
     wait_for(lambda: timeline_seqs(page) == journal_seqs(task.pk), what="live events shown")
 
     refuse["on"] = True
@@ -115,7 +101,7 @@ def test_reconnect_catches_up_every_event_exactly_once_in_order(page: Page, serv
     expect(page.locator("#live-status")).not_to_have_attribute("data-state", "live")
     seen_before = attempts["n"]
     for i in range(12):
-        _append(task.pk, f"while offline {i}")
+        journal_note(task.pk, f"while offline {i}")
     # The page kept trying (and was refused) while the events were written.
     poll(page, lambda: attempts["n"] > seen_before, what="a refused reconnection attempt")
     assert len(timeline_seqs(page)) == 4
@@ -123,7 +109,7 @@ def test_reconnect_catches_up_every_event_exactly_once_in_order(page: Page, serv
     refuse["on"] = False
     wait_live(page)
     for i in range(2):
-        _append(task.pk, f"after reconnect {i}")
+        journal_note(task.pk, f"after reconnect {i}")
     expected = journal_seqs(task.pk)
     assert expected == list(range(1, 1 + 3 + 12 + 2 + 1))
     wait_for(lambda: timeline_seqs(page) == expected, what="timeline to catch up")
@@ -186,7 +172,7 @@ def test_page_of_a_session_that_ended_says_so_and_never_shows_the_login_form_inl
 
     # The next event makes the page re-fetch its fragment, which now answers with the login
     # page: the page stops following and tells the person, instead of embedding that page.
-    _append(task.pk, "after logout")
+    journal_note(task.pk, "after logout")
     expect(page.locator("#live-status")).to_have_attribute("data-state", "signed-out")
     expect(page.locator("#live-status")).to_contain_text("signed out")
     assert page.locator("#task-live input[name=password]").count() == 0

@@ -12,14 +12,12 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.test import Client
-from django.utils import timezone
 
 from console.asgi import application
 from console.web import consumers
-from runtime.events import event_append_txn
 from tests import factories
+from tests.conftest import journal_note
 
 pytestmark = [pytest.mark.postgres]
 
@@ -71,15 +69,7 @@ async def next_close(comm: WebsocketCommunicator) -> int:
 
 def append(task_id: str, n: int = 1) -> None:
     for i in range(n):
-        with transaction.atomic():
-            event_append_txn(
-                task_id=task_id,
-                type="task.note",
-                state_version=1,
-                now=timezone.now(),
-                actor="user:test",
-                data={"reason": f"note {i}"},
-            )
+        journal_note(task_id, f"note {i}")
 
 
 def test_anonymous_socket_is_closed_with_4401(transactional_db):
