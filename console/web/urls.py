@@ -15,6 +15,7 @@ urlpatterns = [
     path("tasks/", views.task_list, name="task-list"),
     path("fragments/tasks", views.task_list_fragment, name="task-list-fragment"),
     path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
+    path("tasks/<str:task_id>/cancel", views.task_cancel, name="task-cancel"),
     path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),

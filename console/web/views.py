@@ -8,14 +8,15 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseRedirect
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from console.api.serializers import cursor_decode, cursor_encode, event_out
+from runtime import cancellation, operations, tasks
 from runtime import events as journal
-from runtime import operations, tasks
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError, NotFound
 from runtime.models import Operation, RejectedObservation
@@ -172,3 +173,12 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
         ],
         "rejections": [{"r": r, "detail": _json_text(r.detail)} for r in rejections],
     }
+
+
+@require_POST
+@console_view
+def task_cancel(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
+    """An admin stops a task from its page (the service checks the right)."""
+    task = cancellation.task_cancel(actor, task_id, request.POST.get("reason", "")[:2000])
+    messages.success(request, f"Cancellation {task.cancellation}.")
+    return HttpResponseRedirect(f"/tasks/{task.pk}/")
