@@ -122,6 +122,7 @@ def operation_claim(
                     "attempts_used": F("attempts_used") + 1,
                     "first_attempt_at": op.first_attempt_at or now,
                     "next_attempt_at": None,
+                    "status_reason": "",
                 },
                 data={"lease_generation": generation, "execution": execution_id, "attempt": number},
             )

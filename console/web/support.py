@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from console.web.views import console_view
+from console.web.views import console_view, json_text
 from runtime import events as journal
 from runtime import resolutions
 from runtime.actors import ROLE_SUPPORT, Actor
@@ -48,7 +48,11 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
                 "op": op,
                 "contract": contract,
                 "actions": [(a, _LABELS[a]) for a in allowed],
-                "invocations": list(op.invocations.order_by("number")),
+                "params": json_text(op.params),
+                "invocations": [
+                    {"inv": inv, "receipt": None if inv.receipt is None else json_text(inv.receipt)}
+                    for inv in op.invocations.order_by("number")
+                ],
                 "history": list(op.resolutions.order_by("at")),
             }
         )

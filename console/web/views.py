@@ -131,11 +131,11 @@ def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     events = journal.events_after(task_id, 0, limit=TIMELINE_FIRST_PAGE)
     context["events"] = [_timeline_entry(e) for e in events]
     context["last_seq"] = events[-1].seq if events else 0
-    context["input_text"] = _json_text(context["task"].input)
+    context["input_text"] = json_text(context["task"].input)
     return render(request, "console/task_detail.html", context)
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     """JSON as people read it (what the API returns), not Python's repr; escaped by the
     template like any other text."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
@@ -165,13 +165,13 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
         "operations": [
             {
                 "op": op,
-                "result": None if op.result is None else _json_text(op.result),
+                "result": None if op.result is None else json_text(op.result),
                 "error": op.error if isinstance(op.error, dict) else None,
-                "error_text": None if op.error is None else _json_text(op.error),
+                "error_text": None if op.error is None else json_text(op.error),
             }
             for op in ops
         ],
-        "rejections": [{"r": r, "detail": _json_text(r.detail)} for r in rejections],
+        "rejections": [{"r": r, "detail": json_text(r.detail)} for r in rejections],
     }
 
 
