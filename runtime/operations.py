@@ -57,6 +57,10 @@ class OperationSpec:
 def _validate(spec: OperationSpec) -> None:
     if spec.kind not in Operation.KINDS:
         raise InvalidInput(f"kind must be one of {', '.join(Operation.KINDS)}")
+    if spec.kind != Operation.KIND_TOOL:
+        # Durable waits (signals, timers) are not built yet: refuse them rather than hand a
+        # wait to the workers as if it were a tool call.
+        raise InvalidInput(f"kind {spec.kind!r} is not available yet", code="unsupported_kind")
     if spec.executor not in Operation.EXECUTORS:
         raise InvalidInput(f"executor must be one of {', '.join(Operation.EXECUTORS)}")
     if not spec.step or len(spec.step) > 200:
