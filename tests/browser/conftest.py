@@ -40,7 +40,8 @@ TIMEOUT_MS = 20_000
 @pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed")
+        # Never skipped: a missing browser must not pass as a green run without browser tests.
+        pytest.fail(f"{CHROMIUM} is not installed: apt-get install chromium (.ci/run does)")
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
