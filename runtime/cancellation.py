@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from runtime.actors import ROLE_ADMIN, Actor
 from runtime.errors import NotAuthorized, TaskRefused
+from runtime.leases import operation_settle_txn
 from runtime.models import Operation, Task
-from runtime.outbox import outbox_consume_txn
-from runtime.statemachine import operation_transition_txn, task_transition_txn
+from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
@@ -36,11 +36,7 @@ def _stop_covered_work_txn(task: Task, *, now: datetime, actor: str, reason: str
     for op in Operation.objects.filter(
         task=task, status__in=_STOPPABLE, compensates__isnull=True
     ).order_by("created_at"):
-        operation_transition_txn(
-            op, S.CANCELLED, now=now, actor=actor, fields={"status_reason": reason},
-            data={"reason": reason},
-        )  # fmt: skip
-        outbox_consume_txn(op.pk)
+        operation_settle_txn(op, S.CANCELLED, now=now, reason=reason, actor=actor)
     Operation.objects.filter(task=task, status=S.RUNNING, compensates__isnull=True).update(
         cancel_requested=True
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -16,7 +17,7 @@ from runtime.errors import NotClaimable, StaleLease, TransitionRejected
 from runtime.models import Invocation, Operation
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
-from runtime.tools import Contract, adapter_for
+from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import Cancellation, OperationStatus
 
 S = OperationStatus
@@ -71,7 +72,7 @@ def operation_claim(
         task = op.task
         cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
         if task.cancellation != Cancellation.NONE and not cleanup:
-            _settle_txn(op, S.CANCELLED, now, "the task was cancelled")
+            operation_settle_txn(op, S.CANCELLED, now=now, reason="the task was cancelled")
             return Refusal("the task was cancelled")
         if task.paused:
             # Paused work is not announced again until resume.
@@ -79,33 +80,27 @@ def operation_claim(
             return Refusal("the task is paused")
         deadline = op.deadline or task.deadline
         if deadline is not None and now >= deadline and not cleanup:
-            _settle_txn(op, S.EXPIRED, now, "the deadline passed before the work could start")
+            reason = "the deadline passed before the work could start"
+            operation_settle_txn(op, S.EXPIRED, now=now, reason=reason)
             return Refusal("the deadline passed")
-        if op.kind == Operation.KIND_TOOL and executor == Operation.EXECUTOR_WORKER:
-            adapter = adapter_for(op.tool) if _tool_known(op.tool) else None
+        if executor == Operation.EXECUTOR_WORKER:
+            adapter = adapters().get(op.tool)
             if adapter is None or not adapter.supports(op.tool_version):
                 reason = (
                     f"recorded under {op.tool} version {op.tool_version or '?'}, which this "
                     f"worker does not support"
                     + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
                 )
-                operation_transition_txn(
-                    op,
-                    S.MANUAL_INTERVENTION,
-                    now=now,
-                    fields={"status_reason": reason},
-                    data={"reason": reason},
-                )
-                outbox_consume_txn(op.pk)
+                operation_settle_txn(op, S.MANUAL_INTERVENTION, now=now, reason=reason)
                 return Refusal(reason)
         if op.attempts_used >= op.max_attempts:
-            operation_transition_txn(
+            operation_settle_txn(
                 op,
                 S.UNRESOLVED if cleanup else S.FAILED,
                 now=now,
+                reason="attempts exhausted",
                 fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
             )
-            outbox_consume_txn(op.pk)
             return Refusal("attempts exhausted")
         generation = op.lease_generation + 1
         number = op.attempts_used + 1
@@ -141,17 +136,30 @@ def operation_claim(
     return Lease(op.pk, generation, op.state_version, expires, number, op)
 
 
-def _tool_known(name: str) -> bool:
-    from runtime.tools import adapters
+def operation_settle_txn(
+    op: Operation,
+    target: str,
+    *,
+    now: datetime,
+    reason: str,
+    actor: str = "",
+    fields: dict[str, Any] | None = None,
+) -> None:
+    """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
+    transition, its announcements consumed, and whatever the settling sets in motion (a
+    stopping task may now be quiescent). Inside the caller's transaction."""
+    from runtime.compensation import after_settle_txn
 
-    return name in adapters()
-
-
-def _settle_txn(op: Operation, target: str, now: datetime, reason: str) -> None:
-    operation_transition_txn(
-        op, target, now=now, fields={"status_reason": reason}, data={"reason": reason}
+    transitioned = operation_transition_txn(
+        op,
+        target,
+        now=now,
+        actor=actor,
+        fields={"status_reason": reason, **(fields or {})},
+        data={"reason": reason},
     )
     outbox_consume_txn(op.pk)
+    after_settle_txn(op, transitioned.task, now=now)
 
 
 def lease_heartbeat(
@@ -201,7 +209,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             generation = op.lease_generation
             # With no receiver contract, a dispatched call whose worker went silent may or may
             # not have taken effect, and invoking again could repeat it: a person decides.
-            unconfirmed = _contract(op) == Contract.NONE and op.kind == Operation.KIND_TOOL
+            unconfirmed = contract_of(op.tool) == Contract.NONE
             target = S.UNRESOLVED if unconfirmed else S.PENDING
             reason = (
                 "lease expired with the outcome unconfirmed; the receiver cannot be asked"
@@ -231,13 +239,6 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                 after_settle_txn(op, transitioned.task, now=now)
             taken += 1
     return taken
-
-
-def _contract(op: Operation) -> str:
-    from runtime.tools import adapters
-
-    adapter = adapters().get(op.tool)
-    return adapter.contract if adapter is not None else Contract.NONE
 
 
 def claim_refused_record(operation_id: str, execution_id: str, reason: str) -> None:

@@ -26,12 +26,11 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
-from runtime.keys import key_step
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
-from runtime.tools import Contract, ToolFailure, adapter_for
+from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
@@ -71,7 +70,7 @@ def _validate(spec: OperationSpec) -> None:
         raise InvalidInput(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}")
     if spec.idempotency_key is not None and not (0 < len(spec.idempotency_key) <= 300):
         raise InvalidInput("idempotency_key must have 1 to 300 characters")
-    if spec.kind == Operation.KIND_TOOL and not spec.tool:
+    if not spec.tool:
         raise InvalidInput("tool is required for tool operations")
 
 
@@ -87,18 +86,11 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     task = Task.objects.filter(task_scope(actor), pk=task_id).first()
     if task is None:
         raise NotFound("no such task")
-    tool_version = ""
-    max_attempts = spec.max_attempts
-    if spec.kind == Operation.KIND_TOOL:
-        adapter = adapter_for(spec.tool)
-        adapter.validate(spec.params)
-        tool_version = adapter.version
-        if max_attempts is None:
-            max_attempts = adapter.max_attempts
-        derived = adapter.key_for(task.pk, spec.step, spec.params, spec.intent_version)
-    else:
-        derived = key_step(task.pk, spec.step, spec.kind, spec.intent_version)
-    key = spec.idempotency_key or derived
+    adapter = adapter_for(spec.tool)
+    adapter.validate(spec.params)
+    key = spec.idempotency_key or adapter.key_for(
+        task.pk, spec.step, spec.params, spec.intent_version
+    )
     digest = params_hash(spec.params)
 
     existing = Operation.objects.filter(task=task, idempotency_key=key).first()
@@ -106,7 +98,6 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         return _same_intent_or_conflict(existing, digest), False
 
     now = timezone.now()
-    status = S.PENDING
     try:
         with transaction.atomic():
             op = Operation.objects.create(
@@ -114,15 +105,15 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                 attempt_id=task.current_attempt_id or "",
                 kind=spec.kind,
                 tool=spec.tool,
-                tool_version=tool_version,
+                tool_version=adapter.version,
                 step=spec.step,
                 intent_version=spec.intent_version,
                 params=spec.params,
                 params_hash=digest,
                 idempotency_key=key,
                 executor=spec.executor,
-                status=status,
-                max_attempts=max_attempts or 5,
+                status=S.PENDING,
+                max_attempts=spec.max_attempts or adapter.max_attempts,
                 estimate=spec.estimate,
                 signal=spec.signal,
                 timeout_seconds=spec.timeout_seconds,
@@ -133,20 +124,20 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                 type="operation.proposed",
                 state_version=op.state_version,
                 now=now,
-                deltas=status_deltas(None, status),
+                deltas=status_deltas(None, S.PENDING),
                 operation_id=op.pk,
                 actor=actor.label,
-                data={"tool": spec.tool, "step": spec.step, "status": status, "kind": spec.kind},
+                data={"tool": spec.tool, "step": spec.step, "status": S.PENDING, "kind": spec.kind},
             )
             # Read under the row lock the journal statement took: no cancel can slip in between.
             task_admission_check(
-                condition=row.condition if row.outcome is None else "terminal",
+                condition=row.condition,
                 cancellation=row.cancellation,
                 paused=row.paused,
                 deadline=row.deadline,
                 now=now,
             )
-            if spec.executor == Operation.EXECUTOR_WORKER and status == S.PENDING:
+            if spec.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
     except IntegrityError:
         # A concurrent proposal with the same key won the unique constraint.
@@ -264,12 +255,9 @@ def operation_report(
     return op
 
 
-def _max_elapsed(op: Operation) -> datetime | None:
+def _max_elapsed(op: Operation, adapter: ToolAdapter | None) -> datetime | None:
     """The end of the retry time allowance, counted from the first attempt (stored, so a
     replacement worker never gets a fresh allowance)."""
-    from runtime.tools import adapters
-
-    adapter = adapters().get(op.tool)
     seconds = adapter.max_elapsed_seconds if adapter is not None else None
     if seconds is None or op.first_attempt_at is None:
         return None
@@ -311,7 +299,7 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
             op.attempts_used, settings.RETRY_BASE_SECONDS, settings.RETRY_CAP_SECONDS, rng
         )
         next_at = now + timedelta(seconds=delay)
-        elapsed_limit = _max_elapsed(op)
+        elapsed_limit = _max_elapsed(op, adapter)
         fields = {"error": error}
         if op.attempts_used >= op.max_attempts:
             target = S.FAILED
@@ -346,7 +334,8 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         receipt=report.receipt,
         provider_handle=report.provider_handle[:300],
     )
-    if target == S.RETRY_SCHEDULED:
+    if target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER:
+        # Agent-run work is claimed by its agent over the API, never announced to workers.
         outbox_enqueue_txn(
             topic=TOPIC_EXECUTE,
             operation_id=op.pk,

@@ -114,6 +114,8 @@ def test_transient_failure_reported_by_an_agent_schedules_a_retry_it_can_claim()
     assert body["status"] == "retry_scheduled"
     assert body["attempts_used"] == 1
     assert body["error"]["kind"] == "transient"
+    # The retry waits for its agent's claim; workers are never told about it.
+    assert not OutboxMessage.objects.filter(operation_id=op_id).exists()
 
 
 def test_permanent_failure_ends_the_operation_and_a_failure_needs_its_kind():
