@@ -27,6 +27,8 @@ class CompensationNotPossible(Conflict):
 
 
 def compensable(op: Operation) -> bool:
+    """An original (not itself a compensation) whose tool names a compensating tool and whose
+    effect is known (its result), so the compensation's parameters can be made."""
     adapter = adapters().get(op.tool)
     return bool(
         adapter is not None
@@ -41,12 +43,12 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
 
     Preconditions: inside a transaction; ``original`` carries the status and state version the
     caller observed (succeeded, or unresolved with a known result)."""
-    adapter = adapters().get(original.tool)
-    if adapter is None or not adapter.compensation_tool or original.compensates_id is not None:
-        raise CompensationNotPossible(f"{original.tool} registers no compensating tool")
-    if not isinstance(original.result, dict):
-        raise CompensationNotPossible("the original's effect is not known, so it cannot be undone")
-    tool = adapters()[adapter.compensation_tool]
+    if not compensable(original):
+        raise CompensationNotPossible(
+            f"{original.tool} registers no compensating tool, or its effect is not known"
+        )
+    adapter = adapters()[original.tool]
+    tool = adapters()[adapter.compensation_tool or ""]
     params: dict[str, Any] = adapter.compensation_params(original.result)
     operation_transition_txn(
         original, S.COMPENSATING, now=now, actor=actor, data={"reason": "compensation started"}

@@ -60,6 +60,12 @@ def execution_stop(execution_id: str) -> None:
     Execution.objects.filter(pk=execution_id).update(stopped_at=timezone.now())
 
 
+def execution_current_stop() -> None:
+    """This process is going away: its registered activation, if any, is marked stopped."""
+    for execution_id in list(_current.values()):
+        execution_stop(execution_id)
+
+
 def heartbeat_thread_start(execution_id: str, stop: threading.Event) -> threading.Thread:
     """Keep the process's Execution fresh from a daemon thread with its own connection."""
 

@@ -4,25 +4,41 @@ once: one wins, the other is refused) and is audited with actor, evidence and ti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from runtime.actors import ROLE_SUPPORT, Actor, user_roles
+from runtime.actors import ROLE_SUPPORT, Actor, task_scope, user_roles
 from runtime.errors import Conflict, InvalidInput, NotAuthorized, TransitionRejected
 from runtime.executor import invocation_context
 from runtime.models import Invocation, Operation, Resolution
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn
-from runtime.tools import Contract, adapters
+from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
 
 RESOLUTIONS = ("succeeded", "no_effect", "retry_same_key", "lookup", "compensate")
+
+# Which resolutions each receiver contract allows (data, like the transition tables): retrying
+# under the same key is safe only where the receiver dedupes, answers lookups, or has no effect.
+ALLOWED_BY_CONTRACT = {
+    Contract.NONE: ("succeeded", "no_effect"),
+    Contract.LOOKUP: ("succeeded", "no_effect", "retry_same_key", "lookup"),
+    Contract.REPLAY: ("succeeded", "no_effect", "retry_same_key"),
+    Contract.PURE: ("succeeded", "no_effect", "retry_same_key"),
+}
+_REFUSALS = {
+    "retry_same_key": "the receiver does not dedupe or answer lookups: retrying could repeat "
+    "the effect",
+    "lookup": "this receiver cannot be asked what happened",
+    "compensate": "there is no compensating tool, or the effect to undo is not known",
+}
 
 
 class ResolutionNotAllowed(Conflict):
@@ -33,11 +49,21 @@ class ResolutionNotAllowed(Conflict):
 
 def _authorize(actor: Actor) -> None:
     # Rechecked from the database, not from the session's cached roles.
-    if actor.kind != "user" or actor.user_id is None:
+    current = (
+        replace(actor, roles=user_roles(actor.user_id))
+        if actor.kind == "user" and actor.user_id is not None
+        else None
+    )
+    if current is None or not current.has_role(ROLE_SUPPORT):
         raise NotAuthorized("only support staff may resolve operations")
-    roles = user_roles(actor.user_id)
-    if ROLE_SUPPORT not in roles and "admin" not in roles:
-        raise NotAuthorized("only support staff may resolve operations")
+
+
+def resolutions_allowed(op: Operation) -> tuple[str, ...]:
+    """What a person may do with this unresolved operation, by its receiver's contract."""
+    from runtime.compensation import compensable
+
+    allowed = ALLOWED_BY_CONTRACT.get(contract_of(op.tool), ("succeeded", "no_effect"))
+    return (*allowed, "compensate") if compensable(op) else allowed
 
 
 def operation_resolve(
@@ -65,28 +91,18 @@ def operation_resolve(
         raise TransitionRejected("someone else changed this operation first")
     if op.status != S.UNRESOLVED:
         raise Conflict(f"the operation is {op.status}, not unresolved", code="not_unresolved")
-    adapter = adapters().get(op.tool)
-    contract = adapter.contract if adapter is not None else Contract.NONE
+    if resolution not in resolutions_allowed(op):
+        raise ResolutionNotAllowed(_REFUSALS.get(resolution, "not allowed here"))
 
     looked_up: Any = None
     if resolution == "lookup":
-        if adapter is None or contract != Contract.LOOKUP:
-            raise ResolutionNotAllowed("this receiver cannot be asked what happened")
         # Ask before taking any lock: a receiver call must not hold the operation's row.
-        found = adapter.lookup(
+        found = adapters()[op.tool].lookup(
             invocation_context(
                 op, fencing_token=op.lease_generation, invocation_number=op.attempts_used
             )
         )
         looked_up = found if found is not None else False
-    if resolution == "retry_same_key" and contract not in (
-        Contract.REPLAY,
-        Contract.LOOKUP,
-        Contract.PURE,
-    ):
-        raise ResolutionNotAllowed(
-            "the receiver does not dedupe or answer lookups: retrying could repeat the effect"
-        )
 
     now = timezone.now()
     with transaction.atomic():
@@ -196,9 +212,9 @@ def _audit(
 
 
 def unresolved_queue(actor: Actor, limit: int = 100) -> list[Operation]:
-    """The support queue, oldest first."""
+    """The support queue, oldest first, within what the actor may see."""
     return list(
-        Operation.objects.filter(status=S.UNRESOLVED)
+        Operation.objects.filter(task_scope(actor, "task__"), status=S.UNRESOLVED)
         .select_related("task")
         .order_by("updated_at", "id")[:limit]
     )

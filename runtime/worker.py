@@ -32,13 +32,12 @@ def _child_started(**_: Any) -> None:
 @worker_process_shutdown.connect
 def _child_stopping(**_: Any) -> None:
     _heartbeat_stop.set()
-    from runtime.executions import _current, execution_stop
+    from runtime.executions import execution_current_stop
 
-    for execution_id in list(_current.values()):
-        try:
-            execution_stop(execution_id)
-        except Exception:
-            log.debug("could not mark execution stopped", exc_info=True)
+    try:
+        execution_current_stop()
+    except Exception:
+        log.debug("could not mark execution stopped", exc_info=True)
 
 
 @shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True)

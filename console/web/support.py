@@ -16,15 +16,8 @@ from runtime import resolutions
 from runtime.actors import ROLE_SUPPORT, Actor
 from runtime.errors import DomainError, InvalidInput
 from runtime.models import Operation
-from runtime.tools import Contract, adapters
+from runtime.tools import contract_of
 
-# Which resolutions make sense for which receiver contract (the service enforces the same).
-_ALLOWED = {
-    Contract.NONE: ("succeeded", "no_effect"),
-    Contract.LOOKUP: ("succeeded", "no_effect", "lookup", "retry_same_key"),
-    Contract.REPLAY: ("succeeded", "no_effect", "retry_same_key"),
-    Contract.PURE: ("succeeded", "no_effect", "retry_same_key"),
-}
 _LABELS = {
     "succeeded": "Mark succeeded",
     "no_effect": "Mark no effect",
@@ -36,18 +29,12 @@ _LABELS = {
 
 def _rows(actor: Actor) -> list[dict[str, Any]]:
     rows = []
-    registry = adapters()
     for op in resolutions.unresolved_queue(actor):
-        adapter = registry.get(op.tool)
-        contract = adapter.contract if adapter is not None else Contract.NONE
-        allowed = list(_ALLOWED.get(contract, ("succeeded", "no_effect")))
-        if adapter is not None and adapter.compensation_tool and isinstance(op.result, dict):
-            allowed.append("compensate")
         rows.append(
             {
                 "op": op,
-                "contract": contract,
-                "actions": [(a, _LABELS[a]) for a in allowed],
+                "contract": contract_of(op.tool),
+                "actions": [(a, _LABELS[a]) for a in resolutions.resolutions_allowed(op)],
                 "params": json_text(op.params),
                 "invocations": [
                     {"inv": inv, "receipt": None if inv.receipt is None else json_text(inv.receipt)}

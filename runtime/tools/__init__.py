@@ -9,6 +9,7 @@ from runtime.tools.base import (
     ToolResult,
     adapter_for,
     adapters,
+    contract_of,
     register,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "ToolResult",
     "adapter_for",
     "adapters",
+    "contract_of",
     "register",
 ]

@@ -123,6 +123,12 @@ def adapter_for(name: str) -> ToolAdapter:
     return adapter
 
 
+def contract_of(tool: str) -> str:
+    """The receiver contract of a tool; a tool this code no longer has promises nothing."""
+    adapter = adapters().get(tool)
+    return adapter.contract if adapter is not None else Contract.NONE
+
+
 def require_mapping(params: Any) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise InvalidInput("params must be a JSON object")
