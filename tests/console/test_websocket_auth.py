@@ -203,3 +203,29 @@ def test_losing_the_role_or_logging_out_ends_a_live_socket(transactional_db, mon
 
     client = session_for(operator.actor.name)
     assert run(lambda: follow_until_closed(lambda: user.groups.clear())) == 4403
+
+
+def test_follower_keeps_pages_live_without_any_hint(transactional_db, monkeypatch):
+    """Embedded mode's situation (a worker cannot reach the web process's in-memory layer):
+    with every hint lost, the consumer still follows the journal itself."""
+    from runtime import events
+
+    monkeypatch.setattr(events, "event_hint", lambda *args, **kwargs: None)
+    task = factories.task(factories.agent())
+    operator = factories.console_user("operator")
+    client = session_for(operator.actor.name)
+
+    async def scenario() -> list[int]:
+        comm = socket(f"/ws/tasks/{task.pk}/?after=1", client)
+        try:
+            connected, _ = await comm.connect(timeout=TIMEOUT)
+            assert connected
+            await database_sync_to_async(append)(task.pk, 2)
+            return [
+                int((await comm.receive_json_from(timeout=TIMEOUT))["event"]["id"])
+                for _ in range(2)
+            ]
+        finally:
+            await comm.disconnect()
+
+    assert run(scenario) == [2, 3]

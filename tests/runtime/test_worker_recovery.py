@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from runtime.errors import StaleLease
-from runtime.models import Event, Invocation, Operation, RejectedObservation
+from runtime.models import Event, Execution, Invocation, Operation, RejectedObservation
 from runtime.operations import Report, operation_report
 from tests import factories
 from tests.conftest import server_start, wait_for
@@ -49,7 +49,8 @@ def test_child_killed_mid_operation_completes_once_under_a_newer_generation(work
         (1, 1, Invocation.OUTCOME_LOST),
         (2, 2, Invocation.OUTCOME_SUCCEEDED),
     ]
-    # A different physical activation did the recovery.
+    # Each activation is recorded; a different one did the recovery.
+    assert Execution.objects.get(pk=first.execution_id).pid in killed
     assert invocations[1].execution_id != first.execution_id
     assert Event.objects.filter(operation=op, type="operation.succeeded").count() == 1
 
