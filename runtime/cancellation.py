@@ -11,8 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import ROLE_ADMIN, Actor
+from runtime.crashpoints import crash_point
 from runtime.errors import NotAuthorized, TaskRefused
-from runtime.leases import operation_settle_txn
+from runtime.leases import cancel_requested_txn, operation_settle_txn
 from runtime.models import Operation, Task
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
@@ -30,16 +31,44 @@ def _authorize(actor: Actor, task: Task) -> None:
     raise NotAuthorized("only the task's agent or an admin may stop it")
 
 
-def _stop_covered_work_txn(task: Task, *, now: datetime, actor: str, reason: str) -> None:
-    """Settle what has not started and ask what is running to stop. Compensations are cleanup
-    the stop contract keeps running, so they are not covered."""
-    for op in Operation.objects.filter(
-        task=task, status__in=_STOPPABLE, compensates__isnull=True
-    ).order_by("created_at"):
-        operation_settle_txn(op, S.CANCELLED, now=now, reason=reason, actor=actor)
-    Operation.objects.filter(task=task, status=S.RUNNING, compensates__isnull=True).update(
-        cancel_requested=True
+def operations_lock_txn(task_id: str) -> list[Operation]:
+    """Lock the task's unsettled operations in ascending id, before the task row: the global
+    lock order every transition follows (operation row, then task row), so a stop racing a
+    claim, a report or a takeover waits instead of deadlocking."""
+    return list(
+        Operation.objects.select_for_update()
+        .filter(task_id=task_id)
+        .exclude(status__in=S.FINAL)
+        .order_by("id")
     )
+
+
+def _stop_covered_work_txn(
+    task: Task, locked: list[Operation], *, now: datetime, actor: str, reason: str
+) -> None:
+    """Settle what has not started and ask what is running to stop. Compensations are cleanup
+    the stop contract keeps running, so they are not covered. Work proposed after the locks
+    were taken is settled only if nobody else holds it; a claimant holding it re-checks the
+    stop under the task's lock and rolls its claim back."""
+    seen = {op.pk for op in locked}
+    late = list(
+        Operation.objects.select_for_update(skip_locked=True)
+        .filter(task=task, status__in=_STOPPABLE, compensates__isnull=True)
+        .exclude(pk__in=seen)
+        .order_by("id")
+    )
+    for op in [*locked, *late]:
+        if op.status in _STOPPABLE and op.compensates_id is None:
+            operation_settle_txn(op, S.CANCELLED, now=now, reason=reason, actor=actor)
+    cancel_requested_txn(task.pk, now=now, actor=actor, reason=reason)
+
+
+def _stop_begin_txn(task_id: str) -> tuple[Task, list[Operation]]:
+    """Take the stop's locks in the global order and return the task read under its lock."""
+    locked = operations_lock_txn(task_id)
+    crash_point("cancel.after_lock")
+    task = Task.objects.select_for_update().get(pk=task_id)
+    return task, locked
 
 
 def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
@@ -49,9 +78,13 @@ def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
     Preconditions: the actor is the task's agent or an admin."""
     task = task_get(actor, task_id)
     _authorize(actor, task)
+    if task.cancellation != Cancellation.NONE:
+        return task
+    if task.condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
     now = timezone.now()
     with transaction.atomic():
-        task = Task.objects.select_for_update().get(pk=task_id)
+        task, locked = _stop_begin_txn(task_id)
         if task.cancellation != Cancellation.NONE:
             return task
         if task.condition == TaskCondition.TERMINAL:
@@ -65,7 +98,7 @@ def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
             actor=actor.label,
             data={"reason": reason},
         )
-        _stop_covered_work_txn(task, now=now, actor=actor.label, reason=reason)
+        _stop_covered_work_txn(task, locked, now=now, actor=actor.label, reason=reason)
         task.refresh_from_db()
         task_transition_txn(
             task,
@@ -84,13 +117,15 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
     is asked to stop (and its results kept)."""
     task = task_get(actor, task_id)
     _authorize(actor, task)
+    if task.condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
     now = timezone.now()
     with transaction.atomic():
-        task = Task.objects.select_for_update().get(pk=task_id)
+        task, locked = _stop_begin_txn(task_id)
         if task.condition == TaskCondition.TERMINAL:
             raise TaskRefused("the task has ended", code="task_terminal")
         reason = reason or "failed"
-        _stop_covered_work_txn(task, now=now, actor=actor.label, reason=reason)
+        _stop_covered_work_txn(task, locked, now=now, actor=actor.label, reason=reason)
         task.refresh_from_db()
         task_transition_txn(
             task,
@@ -121,6 +156,7 @@ def task_quiesce_txn(task_id: str, *, now: datetime) -> None:
             fields={"cancellation": Cancellation.QUIESCENT, "outcome": TaskOutcome.CANCELLED},
             target_condition=TaskCondition.TERMINAL,
             event_type="task.cancelled",
+            actor="system:runtime",
             data={"reason": task.terminal_reason},
         )
     if task.condition == TaskCondition.TERMINAL and saga_wanted(task):

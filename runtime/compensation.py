@@ -61,7 +61,9 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
         step=f"{original.step}:compensate"[:200],
         params=params,
         params_hash=params_hash(params),
-        idempotency_key=key_compensation(original.task_id, original.step),
+        idempotency_key=key_compensation(
+            original.idempotency_key, tool.name, original.compensations.count() + 1
+        ),
         executor=Operation.EXECUTOR_WORKER,
         status=S.PENDING,
         max_attempts=tool.max_attempts,
@@ -98,6 +100,18 @@ def saga_next_txn(task_id: str, *, now: datetime) -> Operation | None:
     return None
 
 
+def operation_and_original_lock_txn(op_id: str, original_id: str | None) -> None:
+    """Lock a compensation together with the original it settles, in ascending id, before any
+    task row: settling a compensation also moves its original."""
+    if original_id:
+        list(
+            Operation.objects.select_for_update()
+            .filter(pk__in=[op_id, original_id])
+            .order_by("id")
+            .values_list("pk", flat=True)
+        )
+
+
 def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime) -> None:
     """What an operation's settling sets in motion, in the same transaction: the original of a
     finished compensation is marked compensated; a stopping task reaches quiescence; an unwinding
@@ -105,10 +119,15 @@ def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime) -> None:
     from runtime.cancellation import task_quiesce_txn
 
     if op.compensates_id and op.status == S.SUCCEEDED:
+        # The caller locked the original with the compensation (ascending id, before the task).
         original = Operation.objects.get(pk=op.compensates_id)
         if original.status == S.COMPENSATING:
             task = operation_transition_txn(
-                original, S.COMPENSATED, now=now, data={"compensation": op.pk}
+                original,
+                S.COMPENSATED,
+                now=now,
+                actor="system:saga",
+                data={"compensation": op.pk},
             ).task
     stopping = task.cancellation == "acknowledged" or task.condition == "terminal"
     if stopping and task.ops_active == 0:

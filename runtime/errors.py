@@ -98,3 +98,10 @@ class RequestInProgress(Conflict):
     """A request with this idempotency key is still in progress."""
 
     code = "request_in_progress"
+
+
+class NotImplementedRoute(DomainError):
+    """A route of the contract that is not built yet."""
+
+    status = 501
+    code = "not_implemented"

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from runtime.db import db_datetime
 from runtime.models import Event
 
 log = logging.getLogger(__name__)
@@ -83,11 +84,16 @@ def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) ->
         row = cur.fetchone()
     if row is None:
         raise LookupError(f"task {task_id} vanished inside its own transaction")
-    deadline = row[7]
-    if isinstance(deadline, str):  # SQLite returns text from a raw cursor
-        deadline = datetime.fromisoformat(deadline)
     return TaskRow(
-        row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), deadline, int(row[8])
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        bool(row[6]),
+        db_datetime(row[7]),
+        int(row[8]),
     )
 
 

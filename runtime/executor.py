@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from runtime.db import outside_transaction
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
@@ -30,6 +31,7 @@ def operation_execute(operation_id: str) -> str:
         operation_report(
             operation_id,
             lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
             state_version=lease.state_version,
             report=report,
             execution_id=execution_id,
@@ -48,7 +50,7 @@ def _invoke(op: Operation, lease: Lease) -> Report:
 
     def heartbeat() -> bool:
         try:
-            _, cancel = lease_heartbeat(op.pk, lease.lease_generation)
+            _, cancel = lease_heartbeat(op.pk, lease.lease_generation, lease.lease_token)
         except StaleLease:
             return True  # lost the lease: stop as if cancelled
         return cancel
@@ -59,6 +61,7 @@ def _invoke(op: Operation, lease: Lease) -> Report:
         invocation_number=lease.invocation_number,
         heartbeat=heartbeat,
     )
+    outside_transaction("invoking a tool")
     try:
         if adapter.contract == Contract.LOOKUP and lease.invocation_number > 1:
             # An earlier invocation went unconfirmed: ask the receiver before acting again.
@@ -75,9 +78,11 @@ def _invoke(op: Operation, lease: Lease) -> Report:
             message=failure.message,
             receipt=failure.receipt,
         )
-    except Exception as exc:  # an adapter bug is a permanent failure with its message, not a crash
+    except Exception as exc:
+        # An unexpected exception may have struck after the receiver acted: the honest outcome
+        # is unknown, and recovery follows the receiver's contract (never a guessed failure).
         log.exception("tool %s raised", op.tool)
-        return Report(outcome="failed", error_kind=ToolFailure.PERMANENT, message=repr(exc)[:500])
+        return Report(outcome="unknown", message=f"the tool raised {exc!r}"[:500])
     return _succeeded(outcome)
 
 

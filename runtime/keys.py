@@ -14,9 +14,12 @@ def key_trigger(source: str, event_id: str) -> str:
     return f"trigger:{source}:{event_id}"
 
 
-def key_compensation(task_id: str, original_step: str, compensation_version: int = 1) -> str:
-    """Compensation of one original step."""
-    return f"{task_id}:{original_step}:compensate:v{compensation_version}"
+def key_compensation(original_key: str, compensating_tool: str, compensation_version: int) -> str:
+    """Compensation of one original effect: the original's own key (task, step, resource and
+    intent version, so two effects of one step never share a compensation key), the
+    compensating tool, and the compensation's version (a second compensation of the same
+    effect, after the first was settled as having no effect, is a new intent)."""
+    return f"{original_key}:compensate:{compensating_tool}:v{compensation_version}"
 
 
 def key_notification(task_id: str, kind: str, recipient: str, version: int) -> str:

@@ -1,9 +1,17 @@
-"""Leases and fencing. A claim sets the owner execution, ``lease_generation + 1`` and the expiry in
-one guarded UPDATE; heartbeats extend only under the same generation; expiry hands the work to a
-new generation but never proves the old owner stopped."""
+"""Leases and fencing. A claim sets the owner execution, ``lease_generation + 1``, the expiry and
+the digest of a fresh lease token in one guarded UPDATE; heartbeats and reports must present both
+the generation and the token, so a lease belongs to the execution that claimed it; expiry hands
+the work to a new generation (re-checked in the takeover's own statement) but never proves the
+old owner stopped.
+
+Lock order (DESIGN.md, README): operation rows in ascending id, then the task row. Every path
+here updates one operation row and then touches its task through the journal."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,12 +21,14 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from runtime.crashpoints import crash_point
 from runtime.errors import NotClaimable, StaleLease, TransitionRejected
-from runtime.models import Invocation, Operation
+from runtime.events import TaskRow, event_append_txn
+from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.tools import Contract, adapters, contract_of
-from runtime.transitions import Cancellation, OperationStatus
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
 
@@ -39,10 +49,38 @@ class Lease:
     lease_expires_at: datetime
     invocation_number: int
     operation: Operation
+    # The claim's secret: shown to the claimant once, stored only as a digest.
+    lease_token: str
 
 
 def lease_seconds() -> int:
     return int(settings.LEASE_SECONDS)
+
+
+def lease_token_digest(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def lease_token_matches(op: Operation, token: str) -> bool:
+    return bool(op.lease_token_digest) and hmac.compare_digest(
+        op.lease_token_digest, lease_token_digest(token)
+    )
+
+
+def task_stopping(task: Task | TaskRow) -> bool:
+    """A task whose stop was accepted (cancellation requested, or ended) admits no covered work:
+    nothing is claimed, retried or re-pended for it except its compensations."""
+    return task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL
+
+
+def _stop_reason(task: Task | TaskRow) -> str:
+    return (
+        "the task was cancelled" if task.cancellation != Cancellation.NONE else "the task has ended"
+    )
+
+
+class _StoppedUnderLock(Exception):
+    """The task's stop committed while the claim waited for the task row: undo the claim."""
 
 
 def operation_claim(
@@ -53,87 +91,115 @@ def operation_claim(
     now: datetime | None = None,
 ) -> Lease | Refusal:
     """Claim a claimable operation for ``execution_id``; a Refusal when there is nothing to claim
-    (a duplicate or late delivery, or work that is not due). The claim consumes the operation's
-    outbox rows. Work whose task no longer admits it is settled instead of claimed.
+    (a duplicate or late delivery, work that is not due, or another claimant won). The claim
+    consumes the operation's outbox rows. Work whose task no longer admits it is settled instead
+    of claimed; the task's stop is checked again under the task's row lock, so a stop that
+    commits while the claim waits for that lock still wins.
 
     Preconditions: none; safe to call any number of times concurrently (exactly one wins).
     """
     now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            return _claim_txn(operation_id, execution_id=execution_id, executor=executor, now=now)
+    except _StoppedUnderLock:
+        pass
+    # The claim rolled back; settle the work for the stop in a transaction of its own.
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
-        if op is None:
-            return Refusal("no such operation", operation_exists=False)
-        if op.status not in S.CLAIMABLE:
-            return Refusal(f"operation is {op.status} (duplicate or late delivery)")
-        if op.executor != executor:
-            return Refusal(f"operation is executed by the {op.executor}")
-        if op.next_attempt_at is not None and op.next_attempt_at > now:
-            return Refusal("the retry is not due yet")
-        task = op.task
-        cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
-        if task.cancellation != Cancellation.NONE and not cleanup:
-            operation_settle_txn(op, S.CANCELLED, now=now, reason="the task was cancelled")
-            return Refusal("the task was cancelled")
-        if task.paused:
-            # Paused work is not announced again until resume.
-            outbox_consume_txn(op.pk)
-            return Refusal("the task is paused")
-        deadline = op.deadline or task.deadline
-        if deadline is not None and now >= deadline and not cleanup:
-            reason = "the deadline passed before the work could start"
-            operation_settle_txn(op, S.EXPIRED, now=now, reason=reason)
-            return Refusal("the deadline passed")
-        if executor == Operation.EXECUTOR_WORKER:
-            adapter = adapters().get(op.tool)
-            if adapter is None or not adapter.supports(op.tool_version):
-                reason = (
-                    f"recorded under {op.tool} version {op.tool_version or '?'}, which this "
-                    f"worker does not support"
-                    + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
-                )
-                operation_settle_txn(op, S.MANUAL_INTERVENTION, now=now, reason=reason)
-                return Refusal(reason)
-        if op.attempts_used >= op.max_attempts:
-            operation_settle_txn(
-                op,
-                S.UNRESOLVED if cleanup else S.FAILED,
-                now=now,
-                reason="attempts exhausted",
-                fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
+        if op is None or op.status not in S.CLAIMABLE:
+            return Refusal("the task stopped")
+        reason = _stop_reason(op.task)
+        return _settle_or_refuse(op, S.CANCELLED, now=now, reason=reason)
+
+
+def _settle_or_refuse(
+    op: Operation, target: str, *, now: datetime, reason: str, fields: dict[str, Any] | None = None
+) -> Refusal:
+    try:
+        operation_settle_txn(op, target, now=now, reason=reason, fields=fields)
+    except TransitionRejected:
+        # Another claimant (or a cancel) moved the operation first: nothing for this one.
+        return Refusal("another claimant won")
+    return Refusal(reason)
+
+
+def _claim_txn(
+    operation_id: str, *, execution_id: str, executor: str, now: datetime
+) -> Lease | Refusal:
+    op = Operation.objects.select_related("task").filter(pk=operation_id).first()
+    if op is None:
+        return Refusal("no such operation", operation_exists=False)
+    crash_point("claim.after_read")
+    if op.status not in S.CLAIMABLE:
+        return Refusal(f"operation is {op.status} (duplicate or late delivery)")
+    if op.executor != executor:
+        return Refusal(f"operation is executed by the {op.executor}")
+    if op.next_attempt_at is not None and op.next_attempt_at > now:
+        return Refusal("the retry is not due yet")
+    task = op.task
+    cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
+    if task_stopping(task) and not cleanup:
+        return _settle_or_refuse(op, S.CANCELLED, now=now, reason=_stop_reason(task))
+    deadline = op.deadline or task.deadline
+    if deadline is not None and now >= deadline and not cleanup:
+        reason = "the deadline passed before the work could start"
+        return _settle_or_refuse(op, S.EXPIRED, now=now, reason=reason)
+    if executor == Operation.EXECUTOR_WORKER:
+        adapter = adapters().get(op.tool)
+        if adapter is None or not adapter.supports(op.tool_version):
+            reason = (
+                f"recorded under {op.tool} version {op.tool_version or '?'}, which this "
+                f"worker does not support"
+                + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
             )
-            return Refusal("attempts exhausted")
-        generation = op.lease_generation + 1
-        number = op.attempts_used + 1
-        expires = now + timedelta(seconds=lease_seconds())
-        try:
-            operation_transition_txn(
-                op,
-                S.RUNNING,
-                now=now,
-                fields={
-                    "lease_generation": F("lease_generation") + 1,
-                    "lease_expires_at": expires,
-                    "execution_id": execution_id,
-                    "attempts_used": F("attempts_used") + 1,
-                    "first_attempt_at": op.first_attempt_at or now,
-                    "next_attempt_at": None,
-                    "status_reason": "",
-                },
-                data={"lease_generation": generation, "execution": execution_id, "attempt": number},
-            )
-        except TransitionRejected:
-            return Refusal("another claimant won")
-        op.lease_generation = generation
-        op.attempts_used = number
-        Invocation.objects.create(
-            operation=op,
-            number=number,
-            lease_generation=generation,
-            execution_id=execution_id,
-            started_at=now,
+            return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, reason=reason)
+    if op.attempts_used >= op.max_attempts:
+        return _settle_or_refuse(
+            op,
+            S.UNRESOLVED if cleanup else S.FAILED,
+            now=now,
+            reason="attempts exhausted",
+            fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
         )
-        outbox_consume_txn(op.pk)
-    return Lease(op.pk, generation, op.state_version, expires, number, op)
+    generation = op.lease_generation + 1
+    number = op.attempts_used + 1
+    expires = now + timedelta(seconds=lease_seconds())
+    token = secrets.token_urlsafe(32)
+    try:
+        transitioned = operation_transition_txn(
+            op,
+            S.RUNNING,
+            now=now,
+            fields={
+                "lease_generation": F("lease_generation") + 1,
+                "lease_expires_at": expires,
+                "lease_token_digest": lease_token_digest(token),
+                "execution_id": execution_id,
+                "attempts_used": F("attempts_used") + 1,
+                "first_attempt_at": op.first_attempt_at or now,
+                "next_attempt_at": None,
+                "status_reason": "",
+                "cancel_requested": False,
+            },
+            actor=f"execution:{execution_id}",
+            data={"lease_generation": generation, "execution": execution_id, "attempt": number},
+        )
+    except TransitionRejected:
+        return Refusal("another claimant won")
+    if task_stopping(transitioned.task) and not cleanup:
+        raise _StoppedUnderLock
+    op.lease_generation = generation
+    op.attempts_used = number
+    Invocation.objects.create(
+        operation=op,
+        number=number,
+        lease_generation=generation,
+        execution_id=execution_id,
+        started_at=now,
+    )
+    outbox_consume_txn(op.pk)
+    return Lease(op.pk, generation, op.state_version, expires, number, op, token)
 
 
 def operation_settle_txn(
@@ -142,7 +208,7 @@ def operation_settle_txn(
     *,
     now: datetime,
     reason: str,
-    actor: str = "",
+    actor: str = "system:runtime",
     fields: dict[str, Any] | None = None,
 ) -> None:
     """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
@@ -163,14 +229,20 @@ def operation_settle_txn(
 
 
 def lease_heartbeat(
-    operation_id: str, lease_generation: int, now: datetime | None = None
+    operation_id: str, lease_generation: int, lease_token: str, now: datetime | None = None
 ) -> tuple[datetime, bool]:
-    """Extend the lease under the caller's generation; returns (new expiry, cancel requested).
-    Raises StaleLease when the generation is no longer current."""
+    """Extend the lease under the caller's claim (generation and token); returns (new expiry,
+    cancel requested). Raises StaleLease when the claim is no longer the current one.
+
+    A heartbeat that commits before the sweeper's takeover keeps the lease: the takeover
+    re-checks the expiry in its own statement."""
     now = now or timezone.now()
     expires = now + timedelta(seconds=lease_seconds())
     touched = Operation.objects.filter(
-        pk=operation_id, status=S.RUNNING, lease_generation=lease_generation
+        pk=operation_id,
+        status=S.RUNNING,
+        lease_generation=lease_generation,
+        lease_token_digest=lease_token_digest(lease_token),
     ).update(lease_expires_at=expires)
     if touched != 1:
         rejection_record(
@@ -179,19 +251,29 @@ def lease_heartbeat(
             lease_generation=lease_generation,
             detail={},
         )
-        raise StaleLease("the lease generation is not the current one", operation=operation_id)
+        raise StaleLease("the lease is not the current one", operation=operation_id)
     row = (
         Operation.objects.filter(pk=operation_id)
-        .values("cancel_requested", "task__cancellation")
+        .values("cancel_requested", "task__cancellation", "task__condition")
         .first()
     )
-    cancel = bool(row and (row["cancel_requested"] or row["task__cancellation"] != "none"))
+    cancel = bool(
+        row
+        and (
+            row["cancel_requested"]
+            or row["task__cancellation"] != Cancellation.NONE
+            or row["task__condition"] == TaskCondition.TERMINAL
+        )
+    )
     return expires, cancel
 
 
 def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
-    """Take over running operations whose lease expired: the work becomes claimable again (a
-    new generation at the next claim), the invocation is marked lost, attempts stay used."""
+    """Take over running operations whose lease expired. The work becomes claimable again (a new
+    generation at the next claim), the invocation is marked lost, attempts stay used. Where
+    invoking again could repeat an effect nobody can confirm (no receiver contract, or the task
+    is stopping), the operation goes to a person instead. The takeover re-checks the expiry in
+    its guarded statement, so a heartbeat that committed after the read keeps its lease."""
     now = now or timezone.now()
     expired_ids = list(
         Operation.objects.filter(status=S.RUNNING, lease_expires_at__lt=now)
@@ -201,21 +283,16 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
     taken = 0
     for op_id in expired_ids:
         with transaction.atomic():
-            op = Operation.objects.filter(pk=op_id).first()
-            if op is None or op.status != S.RUNNING or not op.lease_expires_at:
-                continue
-            if op.lease_expires_at >= now:
-                continue
-            generation = op.lease_generation
-            # With no receiver contract, a dispatched call whose worker went silent may or may
-            # not have taken effect, and invoking again could repeat it: a person decides.
-            unconfirmed = contract_of(op.tool) == Contract.NONE
-            target = S.UNRESOLVED if unconfirmed else S.PENDING
-            reason = (
-                "lease expired with the outcome unconfirmed; the receiver cannot be asked"
-                if unconfirmed
-                else "lease expired"
+            op = (
+                Operation.objects.select_related("task")
+                .filter(pk=op_id, status=S.RUNNING, lease_expires_at__lt=now)
+                .first()
             )
+            if op is None:
+                continue
+            crash_point("sweep.after_read")
+            generation = op.lease_generation
+            target, reason = _takeover_target(op)
             try:
                 transitioned = operation_transition_txn(
                     op,
@@ -223,6 +300,8 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                     now=now,
                     fields={"lease_expires_at": None, "status_reason": reason},
                     lease_generation=generation,
+                    where={"lease_expires_at__lt": now},
+                    actor="system:sweeper",
                     data={"lease_generation": generation, "reason": reason},
                     event_type="operation.lease_expired",
                 )
@@ -233,12 +312,33 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             ).update(outcome=Invocation.OUTCOME_LOST, finished_at=now)
             if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
-            else:
+            elif target != S.PENDING:
                 from runtime.compensation import after_settle_txn
 
                 after_settle_txn(op, transitioned.task, now=now)
             taken += 1
     return taken
+
+
+def _takeover_target(op: Operation) -> tuple[str, str]:
+    contract = contract_of(op.tool)
+    if contract == Contract.NONE:
+        # With no receiver contract, a dispatched call whose worker went silent may or may
+        # not have taken effect, and invoking again could repeat it: a person decides.
+        return (
+            S.UNRESOLVED,
+            "lease expired with the outcome unconfirmed; the receiver cannot be asked",
+        )
+    if task_stopping(op.task) and op.compensates_id is None:
+        # No covered work is re-admitted for a stopping task. Without an effect to fear the
+        # work is simply cancelled; otherwise its outcome stays with a person.
+        if contract == Contract.PURE:
+            return S.CANCELLED, f"lease expired after the stop ({_stop_reason(op.task)})"
+        return (
+            S.UNRESOLVED,
+            f"lease expired after the stop ({_stop_reason(op.task)}); the outcome is unconfirmed",
+        )
+    return S.PENDING, "lease expired"
 
 
 def claim_refused_record(operation_id: str, execution_id: str, reason: str) -> None:
@@ -260,3 +360,30 @@ def agent_claim(operation_id: str, execution_id: str) -> Lease:
             claim_refused_record(operation_id, execution_id, lease.reason)
         raise NotClaimable(f"the operation is not claimable now: {lease.reason}")
     return lease
+
+
+def cancel_requested_txn(task_id: str, *, now: datetime, actor: str, reason: str) -> list[str]:
+    """Ask the task's running covered operations to stop (they learn it from their heartbeat),
+    journalling the request for each, inside the caller's transaction. The operations' state
+    versions do not move: a result that arrives anyway is still accepted and kept."""
+    running = list(
+        Operation.objects.filter(
+            task_id=task_id, status=S.RUNNING, compensates__isnull=True, cancel_requested=False
+        )
+        .order_by("id")
+        .values_list("pk", "state_version")
+    )
+    if not running:
+        return []
+    Operation.objects.filter(pk__in=[pk for pk, _ in running]).update(cancel_requested=True)
+    for pk, version in running:
+        event_append_txn(
+            task_id=task_id,
+            type="operation.cancel_requested",
+            state_version=version,
+            now=now,
+            operation_id=pk,
+            actor=actor,
+            data={"reason": reason},
+        )
+    return [pk for pk, _ in running]

@@ -18,6 +18,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from runtime.actors import Actor, task_scope
+from runtime.compensation import operation_and_original_lock_txn
+from runtime.crashpoints import crash_point
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -26,6 +28,7 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
+from runtime.leases import lease_token_matches, task_stopping
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
@@ -216,32 +219,40 @@ def operation_report(
     operation_id: str,
     *,
     lease_generation: int,
+    lease_token: str,
     state_version: int,
     report: Report,
     execution_id: str | None,
     now: datetime | None = None,
     rng: random.Random | None = None,
 ) -> Operation:
-    """Accept an invocation's report under the fencing token it was issued.
+    """Accept an invocation's report under the claim it was issued.
 
-    Preconditions: the reporter claimed the operation at ``lease_generation`` and read it at
-    ``state_version``. A stale or duplicate report raises StaleLease after recording the
-    rejected observation; nothing is changed.
+    Preconditions: the reporter claimed the operation at ``lease_generation`` (and holds that
+    claim's ``lease_token``) and read it at ``state_version``; no transaction is open. A stale,
+    duplicate or forged report raises StaleLease after recording the rejected observation;
+    nothing is changed.
     """
     now = now or timezone.now()
     try:
         with transaction.atomic():
-            op = Operation.objects.get(pk=operation_id)
+            head = Operation.objects.filter(pk=operation_id).values("compensates_id").first()
+            if head is None:
+                raise StaleLease("no such operation", operation=operation_id)
+            operation_and_original_lock_txn(operation_id, head["compensates_id"])
+            op = Operation.objects.select_related("task").get(pk=operation_id)
             if (
                 op.status != S.RUNNING
                 or op.lease_generation != lease_generation
                 or op.state_version != state_version
+                or not lease_token_matches(op, lease_token)
             ):
                 raise StaleLease(
-                    "the lease generation or state version is not the current one",
+                    "the lease is not the current one (generation, token or state version)",
                     operation=operation_id,
                 )
             _apply_report_txn(op, report, now=now, rng=rng or random.Random())
+            crash_point("report.before_commit")
     except StaleLease as exc:
         rejection_record(
             operation_id=operation_id,
@@ -319,6 +330,16 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
     if target == S.FAILED and op.compensates_id:
         # A compensation that cannot finish is handed to a person, never lost as "failed".
         target = S.UNRESOLVED
+    if target == S.RETRY_SCHEDULED and task_stopping(op.task) and not op.compensates_id:
+        # Nothing is retried for a stopping task: work that failed is simply cancelled; an
+        # outcome nobody can confirm stays with a person (unless repeating it is harmless).
+        fields.pop("next_attempt_at", None)
+        target = (
+            S.UNRESOLVED
+            if report.outcome == "unknown" and contract != Contract.PURE
+            else S.CANCELLED
+        )
+        fields["status_reason"] = "stopped with the task"
     fields["lease_expires_at"] = None
     data: dict[str, Any] = {"lease_generation": generation, "attempts_used": op.attempts_used}
     if "next_attempt_at" in fields:
@@ -326,7 +347,13 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
     if fields.get("error"):
         data["error"] = fields["error"]
     transitioned = operation_transition_txn(
-        op, target, now=now, fields=fields, lease_generation=generation, data=data
+        op,
+        target,
+        now=now,
+        fields=fields,
+        lease_generation=generation,
+        actor=f"execution:{op.execution_id}" if op.execution_id else "unknown",
+        data=data,
     )
     Invocation.objects.filter(operation=op, lease_generation=generation).update(
         outcome=invocation_outcome,
@@ -345,25 +372,41 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
     compensation.after_settle_txn(op, transitioned.task, now=now)
 
 
-def agent_report(op: Operation, *, lease_generation: int, report: Report) -> Operation:
+def agent_report(
+    op: Operation, *, lease_generation: int, lease_token: str, report: Report
+) -> Operation:
     """An agent's completion of an operation it claimed. A repeat of a completion that was
-    already accepted under the same generation returns the operation unchanged; any other
-    report under an old generation is refused (StaleLease) and recorded.
+    already accepted under the same claim returns the operation unchanged; any other report
+    (an old generation, another claim's token, a lease the sweeper took back) is refused with
+    StaleLease and recorded.
 
-    Preconditions: the actor may see the operation and is its executor.
+    Preconditions: the actor may see the operation and is its executor; no transaction open.
     """
     current = Operation.objects.get(pk=op.pk)
-    if current.lease_generation == lease_generation and current.status != S.RUNNING:
-        settled = Invocation.objects.filter(
-            operation=current, lease_generation=lease_generation, outcome__isnull=False
+    if (
+        current.lease_generation == lease_generation
+        and current.status != S.RUNNING
+        and lease_token_matches(current, lease_token)
+        and Invocation.objects.filter(
+            operation=current, lease_generation=lease_generation, outcome__in=_REPORTED
         ).exists()
-        if settled:
-            return current
+    ):
+        return current
     operation_report(
         op.pk,
         lease_generation=lease_generation,
+        lease_token=lease_token,
         state_version=current.state_version,
         report=report,
         execution_id=current.execution_id,
     )
     return Operation.objects.get(pk=op.pk)
+
+
+# Invocation outcomes that only an accepted report writes (the sweeper writes ``lost``).
+_REPORTED = (
+    Invocation.OUTCOME_SUCCEEDED,
+    Invocation.OUTCOME_FAILED_TRANSIENT,
+    Invocation.OUTCOME_FAILED_PERMANENT,
+    Invocation.OUTCOME_UNKNOWN,
+)

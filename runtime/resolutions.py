@@ -12,8 +12,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import ROLE_SUPPORT, Actor, task_scope, user_roles
-from runtime.errors import Conflict, InvalidInput, NotAuthorized, TransitionRejected
+from runtime.compensation import operation_and_original_lock_txn
+from runtime.crashpoints import crash_point
+from runtime.db import outside_transaction
+from runtime.errors import Conflict, InvalidInput, NotAuthorized, TaskRefused, TransitionRejected
 from runtime.executor import invocation_context
+from runtime.leases import task_stopping
 from runtime.models import Invocation, Operation, Resolution
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
@@ -94,18 +98,28 @@ def operation_resolve(
     if resolution not in resolutions_allowed(op):
         raise ResolutionNotAllowed(_REFUSALS.get(resolution, "not allowed here"))
 
+    if resolution == "retry_same_key" and op.compensates_id is None and task_stopping(op.task):
+        # Nothing is re-admitted for a stopping task except its compensations.
+        raise TaskRefused(
+            "the task has stopped: its work is not retried",
+            code="task_cancelled" if op.task.cancellation != "none" else "task_terminal",
+        )
+
     looked_up: Any = None
     if resolution == "lookup":
         # Ask before taking any lock: a receiver call must not hold the operation's row.
+        outside_transaction("asking the receiver")
         found = adapters()[op.tool].lookup(
             invocation_context(
                 op, fencing_token=op.lease_generation, invocation_number=op.attempts_used
             )
         )
         looked_up = found if found is not None else False
+        crash_point("resolve.after_lookup")
 
     now = timezone.now()
     with transaction.atomic():
+        operation_and_original_lock_txn(op.pk, op.compensates_id)
         op = Operation.objects.get(pk=operation_id)
         if op.state_version != state_version or op.status != S.UNRESOLVED:
             raise TransitionRejected("someone else changed this operation first")
@@ -127,25 +141,12 @@ def operation_resolve(
                 "error": None,
             }
         elif resolution == "lookup":
-            number = (op.invocations.aggregate(n=Max("number"))["n"] or 0) + 1
             if looked_up:
                 target = S.SUCCEEDED
                 fields = {"result": looked_up.result, "error": None}
-                outcome, receipt = Invocation.OUTCOME_SUCCEEDED, looked_up.receipt
             else:
                 target = S.FAILED
                 fields = {"error": {"kind": "no_effect", "message": "the receiver has no record"}}
-                outcome, receipt = "no_record", {"via": "lookup", "found": False}
-            Invocation.objects.create(
-                operation=op,
-                number=number,
-                lease_generation=op.lease_generation,
-                started_at=now,
-                finished_at=now,
-                outcome=outcome,
-                receipt=receipt,
-                provider_handle=getattr(looked_up, "provider_handle", "") or "",
-            )
         else:  # compensate
             from runtime.compensation import compensation_start_txn
 
@@ -163,6 +164,10 @@ def operation_resolve(
             data=data,
             event_type=f"operation.resolved_{resolution}",
         )
+        if resolution == "lookup":
+            # Numbered after the guarded transition: a concurrent resolution of the same
+            # operation was refused above instead of colliding on the invocation number.
+            _lookup_invocation_txn(op, looked_up, now)
         _audit(op, actor, resolution, evidence, from_status, target, now)
         if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
             outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
@@ -173,6 +178,25 @@ def operation_resolve(
         after_settle_txn(op, transitioned.task, now=now)
     op.refresh_from_db()
     return op
+
+
+def _lookup_invocation_txn(op: Operation, looked_up: Any, now: Any) -> None:
+    """The person's lookup is an invocation of its own: asked, answered, with its receipt."""
+    number = (op.invocations.aggregate(n=Max("number"))["n"] or 0) + 1
+    if looked_up:
+        outcome, receipt = Invocation.OUTCOME_SUCCEEDED, looked_up.receipt
+    else:
+        outcome, receipt = "no_record", {"via": "lookup", "found": False}
+    Invocation.objects.create(
+        operation=op,
+        number=number,
+        lease_generation=op.lease_generation,
+        started_at=now,
+        finished_at=now,
+        outcome=outcome,
+        receipt=receipt,
+        provider_handle=getattr(looked_up, "provider_handle", "") or "",
+    )
 
 
 def _settle_original_txn(compensation: Operation, target: str, now: Any) -> None:
@@ -186,6 +210,7 @@ def _settle_original_txn(compensation: Operation, target: str, now: Any) -> None
             S.UNRESOLVED,
             now=now,
             fields={"status_reason": "its compensation had no effect"},
+            actor="system:saga",
             data={"compensation": compensation.pk},
         )
 

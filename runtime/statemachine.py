@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db.models import F
 
+from runtime.crashpoints import crash_point
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Operation, RejectedObservation, Task
@@ -56,6 +57,7 @@ def operation_transition_txn(
     now: datetime,
     fields: dict[str, Any] | None = None,
     lease_generation: int | None = None,
+    where: dict[str, Any] | None = None,
     actor: str = "",
     data: dict[str, Any] | None = None,
     event_type: str | None = None,
@@ -63,16 +65,19 @@ def operation_transition_txn(
     """Move ``operation`` from the status and state version it was read with to ``target``.
 
     Preconditions: inside a transaction; ``operation`` carries the status/state_version the
-    caller observed. With ``lease_generation`` the move is also fenced on the lease. Raises
+    caller observed. With ``lease_generation`` the move is also fenced on the lease; ``where``
+    adds predicates of the caller's own (a lease token digest, ``lease_expires_at__lt``), checked
+    in the same statement so nothing can change between the check and the write. Raises
     ``InvalidTransition`` for an edge the table lacks and ``TransitionRejected`` (or
     ``StaleLease`` when fenced) when the row has moved on; on success updates ``operation`` in
-    place.
+    place. Locks: the operation row, then (through the journal) the task row: the global order.
     """
     name = OPERATION.check(operation.status, target)
     guard: dict[str, Any] = {
         "pk": operation.pk,
         "status": operation.status,
         "state_version": operation.state_version,
+        **(where or {}),
     }
     if lease_generation is not None:
         guard["lease_generation"] = lease_generation
@@ -80,6 +85,7 @@ def operation_transition_txn(
     touched = Operation.objects.filter(**guard).update(
         status=target, state_version=F("state_version") + 1, updated_at=now, **values
     )
+    crash_point("operation.updated")
     if touched != 1:
         err = StaleLease if lease_generation is not None else TransitionRejected
         raise err(
@@ -150,6 +156,7 @@ def rejection_record(
     lease_generation: int | None = None,
     state_version: int | None = None,
     execution_id: str | None = None,
+    actor: str = "",
     detail: dict[str, Any] | None = None,
 ) -> RejectedObservation:
     """Keep what a stale or duplicate actor tried, for diagnosis, after the rejected change
@@ -176,6 +183,7 @@ def rejection_record(
                     state_version=op.state_version,
                     now=timezone.now(),
                     operation_id=operation_id,
+                    actor=actor or (f"execution:{execution_id}" if execution_id else "unknown"),
                     data={"lease_generation": lease_generation, "reason": "stale report refused"},
                 )
     return rejected

@@ -14,7 +14,7 @@ from console.api.idempotency import idempotent
 from console.api.serializers import Int, Text, parse
 from console.api.views import ApiView, operation_body, task_body
 from runtime import cancellation, resolutions
-from runtime.errors import NotFound
+from runtime.errors import NotFound, NotImplementedRoute
 from runtime.models import Operation
 
 JSON = OpenApiTypes.OBJECT
@@ -53,7 +53,7 @@ class TaskFail(_TaskStop):
 
 class OperationResolve(ApiView):
     @extend_schema(request=ResolveIn, responses={200: JSON})
-    @idempotent
+    @idempotent(atomic=False)  # a lookup resolution asks the receiver: no transaction around it
     def post(self, request: Request, operation_id: str) -> Response:
         data = parse(ResolveIn, request.data)
         op = resolutions.operation_resolve(
@@ -83,3 +83,14 @@ class ReceiverEffects(ApiView):
             if actor.kind != "agent" or not key or not visible.exists():
                 raise NotFound("no such key")
         return Response({"receiver": receiver, "key": key, "effects": effects_under(receiver, key)})
+
+
+class NotImplementedYet(ApiView):
+    """Routes of the contract (API.md) not built yet: 501 ``not_implemented``, never a 404, so a
+    client can tell a planned route from a wrong one."""
+
+    def _refuse(self, request: Request, *args: object, **kwargs: object) -> Response:
+        actor_of(request)  # authentication first: anonymous callers still get 401
+        raise NotImplementedRoute(f"{request.method} {request.path} is not implemented yet")
+
+    get = post = _refuse

@@ -50,7 +50,9 @@ def _validation_message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message), status=exc.status)
+        return Response(
+            error_body(exc.code, exc.message, field=exc.details.get("field")), status=exc.status
+        )
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=404)
     if isinstance(exc, DjangoPermissionDenied):

@@ -1,12 +1,14 @@
 """The ``Idempotency-Key`` header on POSTs. The handler runs inside the request's durable
-transaction together with the stored response, so either both commit or neither does."""
+transaction together with the stored response, so either both commit or neither does (except
+for handlers that call receivers, which must not hold a transaction: see ``idempotent``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import transaction
@@ -21,6 +23,11 @@ from runtime.idempotent_requests import Replay, request_abandon, request_begin, 
 from runtime.models import IdempotentRequest
 
 Handler = Callable[..., Response]
+
+
+@contextlib.contextmanager
+def _no_transaction() -> Iterator[None]:
+    yield
 
 
 def _body_hash(request: Request) -> str:
@@ -40,9 +47,16 @@ def _body_hash(request: Request) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def idempotent(handler: Handler) -> Handler:
+def idempotent(handler: Handler | None = None, *, atomic: bool = True) -> Any:
     """Wrap a DRF POST handler in the request's durable transaction. With the header, the first
     response is stored in that transaction and replayed later.
+
+    ``atomic=False`` is for handlers whose service calls a receiver (a lookup resolution): no
+    remote call may run inside a transaction, so the service opens its own after the call and
+    the response is stored in a short transaction of its own once the service committed. The
+    service must then be safe to run again (a guarded transition on the version the caller
+    read): a process that dies in between leaves the key in progress, and once that record is
+    abandoned a retry runs the request again and is refused by the guard.
 
     A domain refusal still commits: services roll back their own writes (each runs in its own
     atomic block), so what remains is only what they chose to keep, such as the record of a
@@ -50,6 +64,12 @@ def idempotent(handler: Handler) -> Handler:
     burn the idempotency key.
     """
 
+    if handler is None:
+        return functools.partial(_wrap, atomic=atomic)
+    return _wrap(handler, atomic=atomic)
+
+
+def _wrap(handler: Handler, *, atomic: bool) -> Handler:
     @functools.wraps(handler)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = request.headers.get("Idempotency-Key")
@@ -69,7 +89,7 @@ def idempotent(handler: Handler) -> Handler:
             begun = claimed
         refusal: DomainError | None = None
         try:
-            with transaction.atomic(durable=True):
+            with transaction.atomic(durable=True) if atomic else _no_transaction():
                 try:
                     response = handler(self, request, *args, **kwargs)
                 except DomainError as exc:
@@ -77,7 +97,8 @@ def idempotent(handler: Handler) -> Handler:
                 else:
                     if begun is not None and 200 <= response.status_code < 300:
                         body = json.loads(JSONRenderer().render(response.data) or b"null")
-                        request_finish_txn(begun, response.status_code, body)
+                        with transaction.atomic():
+                            request_finish_txn(begun, response.status_code, body)
         except BaseException:
             if begun is not None:
                 request_abandon(begun)

@@ -47,6 +47,30 @@ urlpatterns = [
         control.OperationResolve.as_view(),
         name="api-operation-resolve",
     ),
+    # Planned routes of the contract: 501 until built (each feature replaces its line).
+    *[
+        path(route, control.NotImplementedYet.as_view(), name=f"api-planned-{n}")
+        for n, route in enumerate(
+            (
+                "tasks/<id:task_id>/attempts",
+                "tasks/<id:task_id>/complete",
+                "tasks/<id:task_id>/checks",
+                "tasks/<id:task_id>/signals",
+                "tasks/<id:task_id>/pause",
+                "tasks/<id:task_id>/resume",
+                "tasks/<id:task_id>/steer",
+                "tasks/<id:task_id>/budget",
+                "tasks/<id:task_id>/artifacts",
+                "artifacts/<id:artifact_id>/accept",
+                "artifacts/<id:artifact_id>/content",
+                "approvals",
+                "approvals/decisions",
+                "approvals/<id:approval_id>/decision",
+                "approvals/<id:approval_id>/renew",
+                "approvals/<id:approval_id>/edit",
+            )
+        )
+    ],
     path(
         "demo/receivers/<id:receiver>/effects",
         control.ReceiverEffects.as_view(),

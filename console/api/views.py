@@ -22,7 +22,7 @@ from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
 from runtime import leases, operations, tasks
-from runtime.errors import InvalidInput, NotAuthorized
+from runtime.errors import InvalidInput, NotAuthorized, StaleLease
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
 
@@ -192,6 +192,13 @@ def _agent_operation(request: Request, operation_id: str) -> Operation:
     return op
 
 
+def _leased_by_agent(op: Operation) -> None:
+    """Worker-run operations are heartbeated and completed by their workers only: no lease of
+    theirs is ever held over the API."""
+    if op.executor != Operation.EXECUTOR_AGENT:
+        raise StaleLease("this operation is run by the workers; no API claim holds its lease")
+
+
 class OperationClaim(ApiView):
     @extend_schema(request=None, responses={200: JSON})
     @idempotent
@@ -203,6 +210,7 @@ class OperationClaim(ApiView):
             {
                 "lease_generation": lease.lease_generation,
                 "lease_expires_at": s.iso(lease.lease_expires_at),
+                "lease_token": lease.lease_token,
                 "state_version": lease.state_version,
                 "execution": execution.pk,
             }
@@ -214,8 +222,10 @@ class OperationHeartbeat(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.HeartbeatIn, request.data)
-        _agent_operation(request, operation_id)
-        expires, cancel = leases.lease_heartbeat(operation_id, data["lease_generation"])
+        _leased_by_agent(_agent_operation(request, operation_id))
+        expires, cancel = leases.lease_heartbeat(
+            operation_id, data["lease_generation"], data["lease_token"]
+        )
         return Response({"lease_expires_at": s.iso(expires), "cancel_requested": cancel})
 
 
@@ -225,12 +235,14 @@ class OperationComplete(ApiView):
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.CompleteIn, request.data)
         op = _agent_operation(request, operation_id)
+        _leased_by_agent(op)
         error = data.get("error") or {}
         if data["outcome"] == "failed" and not error:
             raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")
         accepted = operations.agent_report(
             op,
             lease_generation=data["lease_generation"],
+            lease_token=data["lease_token"],
             report=operations.Report(
                 outcome=data["outcome"],
                 result=data.get("result"),

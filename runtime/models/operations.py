@@ -47,6 +47,9 @@ class Operation(models.Model):
     state_version = models.PositiveIntegerField(default=1)
     lease_generation = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The digest of the claim's secret: heartbeats and reports must present the secret, so a
+    # lease belongs to the execution that claimed it, not to whoever knows the generation.
+    lease_token_digest = models.CharField(max_length=80, blank=True, default="")
     execution = models.ForeignKey(
         "runtime.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

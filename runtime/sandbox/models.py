@@ -47,3 +47,17 @@ class Notification(models.Model):
     to = models.CharField(max_length=300)
     message = models.TextField()
     created_at = models.DateTimeField()
+
+
+class FenceRecord(models.Model):
+    """The newest fencing token a receiver has seen per key: a request carrying an older one
+    comes from a worker whose lease was taken over, and is refused before any effect."""
+
+    receiver = models.CharField(max_length=40)
+    key = models.CharField(max_length=400)
+    token = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["receiver", "key"], name="fence_unique_per_key")
+        ]

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runtime.hashing import params_hash
-from runtime.sandbox.models import Charge, Notification, PaymentRequest, Reservation
+from runtime.sandbox.models import Charge, FenceRecord, Notification, PaymentRequest, Reservation
 
 KEY_RETENTION = timedelta(hours=24)
 
@@ -28,6 +28,34 @@ class Response:
         return 200 <= self.status < 300
 
 
+# --- fencing -----------------------------------------------------------------------------
+
+
+def fence_admits_txn(receiver: str, key: str, token: int) -> bool:
+    """Record ``token`` as the newest seen for the key, or refuse it when a newer one was seen.
+    Inside the receiver's transaction, before its effect: the row stays locked until the effect
+    commits, so an older holder that arrives meanwhile waits and is then refused."""
+    for _ in range(2):
+        if FenceRecord.objects.filter(receiver=receiver, key=key, token__lte=token).update(
+            token=token
+        ):
+            return True
+        try:
+            with transaction.atomic():
+                FenceRecord.objects.create(receiver=receiver, key=key, token=token)
+            return True
+        except IntegrityError:
+            # Someone recorded a token first: compare against it on the next round.
+            continue
+    return False
+
+
+def _stale_fence() -> Response:
+    return Response(
+        409, _err("stale_fencing_token", "a newer holder has acted under this key; refused")
+    )
+
+
 # --- payments: Stripe's contract ----------------------------------------------------------
 
 
@@ -39,6 +67,8 @@ def payments_charge(*, key: str, body: dict[str, Any], fencing_token: int) -> Re
     now = timezone.now()
     try:
         with transaction.atomic():
+            if not fence_admits_txn("payments", key, fencing_token):
+                return _stale_fence()
             record = PaymentRequest.objects.create(
                 key=key, request_hash=digest, fencing_token=fencing_token, created_at=now
             )
@@ -134,18 +164,30 @@ def payments_prune(now: Any = None) -> int:
 
 
 def inventory_reserve(*, key: str, sku: str, qty: int, fencing_token: int) -> Response:
-    reservation = Reservation.objects.create(
-        reservation_id=f"rsv_{secrets.token_hex(8)}",
-        key=key,
-        sku=sku,
-        qty=qty,
-        fencing_token=fencing_token,
-        created_at=timezone.now(),
-    )
+    """Reserve (no dedupe: the lookup contract). A request under an older fencing token than the
+    newest seen for the key is refused, so a holder whose lease was taken over cannot add a
+    second reservation after the new holder looked and acted."""
+    with transaction.atomic():
+        if not fence_admits_txn("inventory", key, fencing_token):
+            return _stale_fence()
+        reservation = Reservation.objects.create(
+            reservation_id=f"rsv_{secrets.token_hex(8)}",
+            key=key,
+            sku=sku,
+            qty=qty,
+            fencing_token=fencing_token,
+            created_at=timezone.now(),
+        )
     return Response(200, _reservation(reservation))
 
 
-def inventory_lookup(*, key: str) -> Response:
+def inventory_lookup(*, key: str, fencing_token: int | None = None) -> Response:
+    """What was reserved under the key. A holder that looks up first also records its token,
+    so an older holder cannot act after this lookup found nothing."""
+    if fencing_token is not None:
+        with transaction.atomic():
+            if not fence_admits_txn("inventory", key, fencing_token):
+                return _stale_fence()
     reservation = Reservation.objects.filter(key=key).order_by("created_at").first()
     if reservation is None:
         return Response(404, _err("not_found", "nothing reserved under this key"))

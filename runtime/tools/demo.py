@@ -36,7 +36,11 @@ def _outcome(response: receivers.Response, handle_field: str = "id") -> ToolResu
             receipt=receipt,
             provider_handle=str(response.body.get(handle_field, "")),
         )
-    message = str(response.body.get("error", {}).get("message", response.status))
+    error = response.body.get("error", {})
+    message = str(error.get("message", response.status))
+    if error.get("type") == "stale_fencing_token":
+        # A newer lease holder acted under this key: this holder's lease was taken over.
+        raise ToolFailure(ToolFailure.PERMANENT, message, receipt=receipt)
     if response.status == 409:  # the receiver is still executing the first request
         raise ToolFailure(ToolFailure.TRANSIENT, message, receipt=receipt)
     raise ToolFailure(ToolFailure.PERMANENT, message, receipt=receipt)
@@ -132,7 +136,9 @@ class InventoryReserve(ToolAdapter):
         return _outcome(response)
 
     def lookup(self, ctx: InvocationContext) -> ToolResult | None:
-        response = receivers.inventory_lookup(key=ctx.idempotency_key)
+        response = receivers.inventory_lookup(
+            key=ctx.idempotency_key, fencing_token=ctx.fencing_token
+        )
         if response.status == 404:
             return None
         result = _outcome(response)

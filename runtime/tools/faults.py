@@ -12,7 +12,15 @@ from django.conf import settings
 from runtime.errors import InvalidInput
 from runtime.tools.base import InvocationContext, ToolFailure
 
-KNOBS = ("permanent", "crash_before_effect", "crash_after_effect", "hang", "unknown")
+KNOBS = (
+    "permanent",
+    "crash_before_effect",
+    "crash_after_effect",
+    "hang",
+    "unknown",
+    "stall_before_effect",
+    "error_after_effect",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,27 @@ def before_effect(ctx: InvocationContext) -> Fault:
         raise ToolFailure(ToolFailure.PERMANENT, "injected permanent failure")
     if fault.kind == "crash_before_effect":
         os._exit(137)
+    if fault.kind == "stall_before_effect":
+        _stall_until_taken_over(ctx)
     return fault
+
+
+def _stall_until_taken_over(ctx: InvocationContext) -> None:
+    """A worker that stalls before reaching the receiver (a long GC pause, a frozen VM) and wakes
+    after its lease was taken over and the new holder finished: without heartbeating, wait until
+    a newer generation's invocation has an outcome, then go on to the receiver as if nothing
+    happened. Bounded, so a misconfigured test cannot hang a worker forever."""
+    from runtime.models import Invocation
+
+    limit = time.monotonic() + settings.LEASE_SECONDS * 20 + 30
+    while time.monotonic() < limit:
+        if Invocation.objects.filter(
+            operation_id=ctx.operation_id,
+            lease_generation__gt=ctx.fencing_token,
+            outcome__isnull=False,
+        ).exists():
+            return
+        time.sleep(0.1)
 
 
 def after_effect(ctx: InvocationContext, fault: Fault) -> None:
@@ -104,6 +132,9 @@ def after_effect(ctx: InvocationContext, fault: Fault) -> None:
         os._exit(137)
     if fault.kind == "unknown":
         raise ToolFailure(ToolFailure.UNKNOWN, "injected lost response after the effect")
+    if fault.kind == "error_after_effect":
+        # Not a classified failure: an adapter bug striking after the receiver committed.
+        raise RuntimeError("injected unexpected error after the effect")
     if fault.kind == "hang":
         # Block past the lease's expiry (without heartbeating), then try to complete late.
         time.sleep(settings.LEASE_SECONDS * 2 + 1)

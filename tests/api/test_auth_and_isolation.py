@@ -119,7 +119,11 @@ def test_another_agent_cannot_act_on_a_task_or_its_operations(db):
     assert_error(response, 404, "not_found")
     assert_error(client.post(f"/api/v1/operations/{op.pk}/claim"), 404, "not_found")
     assert_error(
-        post_json(client, f"/api/v1/operations/{op.pk}/heartbeat", {"lease_generation": 1}),
+        post_json(
+            client,
+            f"/api/v1/operations/{op.pk}/heartbeat",
+            {"lease_generation": 1, "lease_token": "t"},
+        ),
         404,
         "not_found",
     )
@@ -127,7 +131,7 @@ def test_another_agent_cannot_act_on_a_task_or_its_operations(db):
         post_json(
             client,
             f"/api/v1/operations/{op.pk}/complete",
-            {"lease_generation": 1, "outcome": "succeeded"},
+            {"lease_generation": 1, "lease_token": "t", "outcome": "succeeded"},
         ),
         404,
         "not_found",

@@ -95,10 +95,6 @@ def test_a_body_that_is_not_an_object_is_400(db, raw):
         {"name": "x", "deadline_seconds": 1.5},
         {"name": "x", "deadline_seconds": True},
         {"name": "x", "deadline_seconds": 10**12},
-        {"name": "x", "budget": "lots"},
-        {"name": "x", "budget": {"cost_cents": -5}},
-        {"name": "x", "budget": {"cost_cents": 10**30}},
-        {"name": "x", "required_checks": "all"},
     ],
 )
 def test_wrong_types_and_values_for_a_task_are_400(db, body):

@@ -137,6 +137,7 @@ def test_stale_report_shows_under_rejected_observations_with_its_generation(page
         operation_report(
             op.pk,
             lease_generation=old.lease_generation,
+            lease_token=old.lease_token,
             state_version=old.state_version,
             report=Report(outcome="succeeded", result={"late": True}),
             execution_id=None,

@@ -101,7 +101,9 @@ def test_cancelled_task_compensates_its_effects_newest_first(workers):
     # Reverse order of completion: the inventory hold first, then the charge.
     assert [c.compensates_id for c in compensations] == [hold.pk, charge.pk]
     assert all(c.status == "succeeded" for c in compensations)
-    assert compensations[1].idempotency_key.endswith(":charge:compensate:v1")
+    assert compensations[1].idempotency_key.endswith(
+        ":charge:demo.payments.charge:v1:compensate:demo.payments.refund:v1"
+    )
     refunds = effects_under("payments", compensations[1].idempotency_key)
     assert len(refunds) == 1 and refunds[0]["kind"] == "refund"
     # History is kept: the originals' success is still in the journal.

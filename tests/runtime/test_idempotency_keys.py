@@ -16,7 +16,7 @@ ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, m
 def test_domains_never_collide(task, step, version):
     keys = {
         key_step(task, step, "demo.echo", version),
-        key_compensation(task, step, version),
+        key_compensation(key_step(task, step, "demo.echo", version), "demo.undo", version),
         key_notification(task, step, "a@example.com", version),
         key_trigger(task, step),
     }
@@ -35,3 +35,23 @@ def test_adapters_derive_keys_in_their_domain():
         "t1:pay:demo.payments.charge:v1"
     )
     assert tools["demo.notify"].key_for("t1", "tell", {"to": "x@y"}, 2) == ("t1:notify:tell:x@y:v2")
+
+
+@given(
+    task=ident,
+    step=ident,
+    version=st.integers(min_value=1, max_value=50),
+    comp=st.integers(min_value=1, max_value=5),
+)
+def test_compensation_keys_are_one_per_logical_compensation(task, step, version, comp):
+    """Two effects of one step (other tools or other keys) and a second compensation of the same
+    effect each get their own key: the per-task unique constraint is never hit by a saga."""
+    charge = key_step(task, step, "demo.payments.charge", version)
+    reserve = key_step(task, step, "demo.inventory.reserve", version)
+    keys = {
+        key_compensation(charge, "demo.payments.refund", comp),
+        key_compensation(reserve, "demo.inventory.release", comp),
+        key_compensation(charge, "demo.payments.refund", comp + 1),
+        key_compensation(f"{charge}-other", "demo.payments.refund", comp),
+    }
+    assert len(keys) == 4

@@ -75,6 +75,7 @@ def test_stale_acceptance_after_takeover_is_rejected_and_recorded(workers):
         operation_report(
             op.pk,
             lease_generation=old.lease_generation,
+            lease_token=old.lease_token,
             state_version=old.state_version,
             report=Report(outcome="succeeded", result={"late": True}),
             execution_id=None,

@@ -61,28 +61,38 @@ class LeasedOperation(RuleBasedStateMachine):
 
     @rule(pick=st.integers(min_value=0, max_value=10))
     def heartbeat(self, pick: int) -> None:
-        generation = self.leases[pick % len(self.leases)].lease_generation if self.leases else pick
+        lease = self.leases[pick % len(self.leases)] if self.leases else None
+        generation = lease.lease_generation if lease else pick
         before = self._fresh()
         try:
-            lease_heartbeat(self.op.pk, generation, now=self.now)
+            lease_heartbeat(
+                self.op.pk, generation, lease.lease_token if lease else "no claim", now=self.now
+            )
         except StaleLease:
             after = self._fresh()
             assert (after.status, after.state_version) == (before.status, before.state_version)
             return
         assert before.status == "running" and before.lease_generation == generation
 
-    @rule(pick=st.integers(min_value=0, max_value=10), kind=st.sampled_from(sorted(REPORTS)))
-    def report(self, pick: int, kind: str) -> None:
+    @rule(
+        pick=st.integers(min_value=0, max_value=10),
+        kind=st.sampled_from(sorted(REPORTS)),
+        forged=st.booleans(),
+    )
+    def report(self, pick: int, kind: str, forged: bool) -> None:
         if self.leases:
             lease = self.leases[pick % len(self.leases)]
             generation, version = lease.lease_generation, lease.state_version
+            # A forger knows the public generation and version, never the claim's token.
+            token = "forged" if forged else lease.lease_token
         else:
-            generation, version = pick, pick
+            generation, version, token = pick, pick, "no claim"
         before = self._fresh()
         try:
             operation_report(
                 self.op.pk,
                 lease_generation=generation,
+                lease_token=token,
                 state_version=version,
                 report=REPORTS[kind],
                 execution_id=self.execution,
@@ -96,7 +106,8 @@ class LeasedOperation(RuleBasedStateMachine):
                 before.result,
             )
             return
-        # Accepted: only the current generation at the version it was issued with.
+        # Accepted: only the current claim (generation and token) at the version it was issued.
+        assert not forged
         assert before.status == "running"
         assert before.lease_generation == generation == self.leases[-1].lease_generation
         if kind == "succeeded":

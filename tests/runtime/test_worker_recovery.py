@@ -59,6 +59,7 @@ def test_child_killed_mid_operation_completes_once_under_a_newer_generation(work
         operation_report(
             op.pk,
             lease_generation=1,
+            lease_token="the killed worker's token",
             state_version=2,
             report=Report(outcome="succeeded", result={"v": "late"}),
             execution_id=first.execution_id,

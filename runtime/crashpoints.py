@@ -1,0 +1,46 @@
+"""Named crash points (DBOS's debug triggers): places on the hot path where a test stops one
+thread exactly inside a window ("read but not yet written", "row locked, task not yet touched",
+"committed but not acknowledged"), so races are hit deterministically instead of by sleeps.
+
+In production nothing is installed and ``crash_point`` is one dictionary lookup. Tests install
+an action with ``crash_point_installed``; the action runs in whichever thread reaches the point
+(it decides itself whether to block, raise or pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+# The points the runtime names, so a test cannot install an action on a misspelt one.
+POINTS = frozenset(
+    {
+        "operation.updated",  # the operation row is updated (locked); the task not yet touched
+        "claim.after_read",  # the claim read the operation and its task, nothing locked yet
+        "claim.after_commit",  # the claim committed; the worker has not invoked the tool yet
+        "report.before_commit",  # the acceptance is written, not yet committed
+        "sweep.after_read",  # the sweeper read an expired lease, not yet taken it over
+        "resolve.after_lookup",  # a lookup resolution asked the receiver, no transaction open
+        "cancel.after_lock",  # cancel/fail locked the task's live operations, not yet the task
+    }
+)
+
+_actions: dict[str, Callable[[], None]] = {}
+
+
+def crash_point(name: str) -> None:
+    action = _actions.get(name)
+    if action is not None:
+        action()
+
+
+@contextmanager
+def crash_point_installed(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` whenever a thread of this process reaches ``name`` (tests only)."""
+    if name not in POINTS:
+        raise ValueError(f"no crash point named {name!r}")
+    _actions[name] = action
+    try:
+        yield
+    finally:
+        _actions.pop(name, None)
