@@ -31,6 +31,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_execution_identity() -> Iterator[None]:
+    """A test's database is rolled back or flushed after it: this process's cached Execution id
+    must not outlive the row it names."""
+    from runtime import executions
+
+    executions._current.clear()
+    yield
+    executions._current.clear()
+
+
 def wait_for(
     predicate: Callable[[], Any],
     timeout: float = 30.0,

@@ -1,0 +1,168 @@
+"""One global lock order (operation rows in ascending id, then the task row) on every write path,
+proven deterministically: one thread holds an operation row exactly where a transition has
+locked it and not yet touched its task, a stop starts in another thread, PostgreSQL shows the
+stop waiting for that lock, and then the first thread goes on. With the task locked first (the
+old order) the two deadlock and one of them dies with ``deadlock detected``."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.cancellation import task_cancel, task_fail
+from runtime.executions import execution_for_agent
+from runtime.leases import Lease, operation_claim
+from runtime.models import Event, Operation, Task
+from runtime.operations import Report, operation_report
+from tests import factories
+from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+STOPS = {"cancel": task_cancel, "fail": task_fail}
+
+
+def _claimed(owner, **spec) -> tuple[Operation, Lease]:
+    task = factories.task(owner)
+    op = factories.operation(owner, task, **spec)
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("worker").pk)
+    assert isinstance(lease, Lease)
+    return op, lease
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_stop_racing_a_report_waits_for_it_and_keeps_the_result(stop):
+    owner = factories.agent()
+    op, lease = _claimed(owner, params={"v": 1})
+
+    def report() -> Operation:
+        return operation_report(
+            op.pk,
+            lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=Report(outcome="succeeded", result={"v": 1}),
+            execution_id=None,
+        )
+
+    with gate_at("operation.updated", "reporter") as gate:
+        reporter, reported = in_thread(report, "reporter")
+        assert gate.reached.wait(30), "the report never locked its operation"
+        stopper, stopped = in_thread(lambda: STOPS[stop](owner.actor, op.task_id, "x"), "stop")
+        wait_until_blocked_on_a_lock("the stop to wait for the reporter's operation row")
+        gate.release()
+        reporter.join(30)
+        stopper.join(30)
+
+    accepted = reported.result(timeout=1)  # raises the reporter's error, if any
+    task = stopped.result(timeout=1)
+    assert accepted.status == "succeeded"
+    op.refresh_from_db()
+    assert (op.status, op.result) == ("succeeded", {"v": 1})  # completion won, and is kept
+    assert task.condition == "terminal"
+    assert task.outcome == ("cancelled" if stop == "cancel" else "failed")
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_stop_racing_a_claim_waits_then_asks_the_running_work_to_stop(stop):
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    execution = execution_for_agent("worker").pk
+
+    with gate_at("operation.updated", "claimer") as gate:
+        claimer, claimed = in_thread(
+            lambda: operation_claim(op.pk, execution_id=execution), "claimer"
+        )
+        assert gate.reached.wait(30), "the claim never locked its operation"
+        stopper, stopped = in_thread(lambda: STOPS[stop](owner.actor, task.pk, "x"), "stop")
+        wait_until_blocked_on_a_lock("the stop to wait for the claimer's operation row")
+        gate.release()
+        claimer.join(30)
+        stopper.join(30)
+
+    lease = claimed.result(timeout=1)
+    stopped.result(timeout=1)
+    assert isinstance(lease, Lease)
+    op.refresh_from_db()
+    assert op.status == "running" and op.cancel_requested
+    # The request to stop is journalled with who asked: it changes what the worker does.
+    asked = Event.objects.get(operation=op, type="operation.cancel_requested")
+    assert asked.actor == owner.actor.label
+
+    # The worker stops and says so (a transient failure): nothing is retried for a stopped
+    # task; the work is cancelled and the task reaches its end.
+    operation_report(
+        op.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="failed", error_kind="transient", message="stopped"),
+        execution_id=execution,
+    )
+    op.refresh_from_db()
+    assert op.status == "cancelled"
+    task = Task.objects.get(pk=task.pk)
+    assert task.condition == "terminal"
+    if stop == "cancel":
+        assert task.cancellation == "quiescent"
+
+
+def test_a_report_of_a_compensation_locks_its_original_before_the_task():
+    """Settling a compensation also moves its original: both operation rows are locked (in
+    ascending id) before the task row, so a cancel of the task can not interleave."""
+    owner, support = factories.agent(), factories.console_user("support")
+    task = factories.task(owner)
+    original = factories.operation(
+        owner, task, tool="demo.inventory.reserve", params={"sku": "a", "qty": 1}
+    )
+    execution = execution_for_agent("worker").pk
+    lease = operation_claim(original.pk, execution_id=execution)
+    assert isinstance(lease, Lease)
+    operation_report(
+        original.pk,
+        lease_generation=1,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="unknown"),
+        execution_id=execution,
+    )
+    # Out of retries with the outcome unknown, support starts a compensation.
+    Operation.objects.filter(pk=original.pk).update(
+        status="unresolved", result={"id": "rsv_1"}, next_attempt_at=None
+    )
+    from runtime.resolutions import operation_resolve
+
+    original.refresh_from_db()
+    operation_resolve(
+        support.actor,
+        original.pk,
+        resolution="compensate",
+        evidence="undo",
+        state_version=original.state_version,
+    )
+    compensation = Operation.objects.get(compensates=original)
+    comp_lease = operation_claim(compensation.pk, execution_id=execution)
+    assert isinstance(comp_lease, Lease)
+
+    def report() -> Operation:
+        return operation_report(
+            compensation.pk,
+            lease_generation=comp_lease.lease_generation,
+            lease_token=comp_lease.lease_token,
+            state_version=comp_lease.state_version,
+            report=Report(outcome="succeeded", result={"released": True}),
+            execution_id=execution,
+        )
+
+    with gate_at("operation.updated", "reporter") as gate:
+        reporter, reported = in_thread(report, "reporter")
+        assert gate.reached.wait(30)
+        stopper, stopped = in_thread(lambda: task_cancel(owner.actor, task.pk, "x"), "stop")
+        wait_until_blocked_on_a_lock("the cancel to wait for the compensation's rows")
+        gate.release()
+        reporter.join(30)
+        stopper.join(30)
+    reported.result(timeout=1)
+    stopped.result(timeout=1)
+    original.refresh_from_db()
+    assert original.status == "compensated"
