@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test lint typecheck pytest bench clean
+.PHONY: install run test lint typecheck pytest pytest-embedded bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,13 @@ typecheck: install
 pytest: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The API and the runtime once more on the embedded database (SQLite, no Redis), the mode users
+# meet first; tests that need PostgreSQL's row locks or real workers are left to the pass above.
+pytest-embedded: install
+	env -u DATABASE_URL -u REDIS_URL $(VENV)/bin/pytest tests/api tests/runtime \
+	  -m "not postgres and not workers and not browser and not system" $(PYTEST_EMBEDDED_ARGS)
+
+test: lint typecheck pytest pytest-embedded
 
 bench: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) deploy/bench.py

@@ -17,7 +17,7 @@ from runtime.statemachine import task_transition_txn
 from tests import factories
 from tests.api.support import OPERATION_FIELDS, assert_error, post_json
 
-pytestmark = pytest.mark.postgres
+pytestmark: list[pytest.MarkDecorator] = []
 
 
 def _ops_url(task_id: str) -> str:
@@ -279,6 +279,7 @@ def test_list_of_a_tasks_operations(db):
     assert [op["id"] for op in body["results"]] == ops
 
 
+@pytest.mark.postgres
 def test_concurrent_identical_proposals_create_one_operation(transactional_db):
     alice = factories.agent()
     task = factories.task(alice)
@@ -307,3 +308,22 @@ def test_concurrent_identical_proposals_create_one_operation(transactional_db):
     assert len({op_id for _, op_id in results}) == 1
     assert Operation.objects.filter(task=task).count() == 1
     assert Event.objects.filter(task=task, type="operation.proposed").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_task_with_a_deadline_takes_operations_until_it_passes():
+    """The embedded database hands a raw cursor's deadline back as naive text: admission must
+    read it as UTC on SQLite as on PostgreSQL (this was a 500 in the default mode)."""
+    client = factories.agent().client()
+    created = post_json(client, "/api/v1/tasks", {"name": "x", "deadline_seconds": 3600})
+    assert created.status_code == 201, created.content
+    task_id = created.json()["id"]
+    proposed = post_json(
+        client, f"/api/v1/tasks/{task_id}/operations", {"tool": "demo.echo", "step": "s"}
+    )
+    assert proposed.status_code == 201, proposed.content
+    _past_deadline(Task.objects.get(pk=task_id))
+    late = post_json(
+        client, f"/api/v1/tasks/{task_id}/operations", {"tool": "demo.echo", "step": "t"}
+    )
+    assert_error(late, 409, "deadline_exceeded")

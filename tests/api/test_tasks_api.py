@@ -14,7 +14,7 @@ from runtime.statemachine import operation_transition_txn, task_transition_txn
 from tests import factories
 from tests.api.support import TASK_FIELDS, assert_error, post_json
 
-pytestmark = pytest.mark.postgres
+pytestmark: list[pytest.MarkDecorator] = []
 
 
 def _parse_time(value: str) -> datetime:

@@ -12,7 +12,7 @@ from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Event, Operation, OutboxMessage, RejectedObservation
 from tests import factories
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db]
 
 
 def _agent_op(owner):

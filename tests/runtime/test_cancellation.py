@@ -13,7 +13,7 @@ from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Execution, Operation, OutboxMessage, Task
 from tests import factories
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db]
 
 
 def _running(owner):

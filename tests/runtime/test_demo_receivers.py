@@ -10,7 +10,7 @@ from django.utils import timezone
 from runtime.sandbox import receivers
 from runtime.sandbox.models import Charge, PaymentRequest
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db]
 
 
 def test_payments_store_the_first_result_and_replay_it():

@@ -19,7 +19,7 @@ from runtime.operations import Report, operation_report
 from runtime.transitions import OPERATION
 from tests import factories
 
-pytestmark = [pytest.mark.postgres]
+pytestmark: list[pytest.MarkDecorator] = []
 
 REPORTS = {
     "succeeded": Report(outcome="succeeded", result={"ok": True}),

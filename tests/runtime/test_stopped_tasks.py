@@ -59,7 +59,9 @@ def test_work_told_to_stop_that_reports_a_transient_failure_is_not_retried(stop)
 
 def test_an_unknown_outcome_on_a_stopped_task_goes_to_a_person_not_a_retry():
     owner = factories.agent()
-    op, lease = _running(owner, tool="demo.payments.charge", params={"account": "a", "amount_cents": 5})
+    op, lease = _running(
+        owner, tool="demo.payments.charge", params={"account": "a", "amount_cents": 5}
+    )
     task_fail(owner.actor, op.task_id, "give up")
     accepted = _report(op, lease, Report(outcome="unknown", message="lost response"))
     assert accepted.status == "unresolved"

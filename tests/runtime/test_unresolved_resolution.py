@@ -13,7 +13,7 @@ from runtime.models import Event, Invocation, Operation, OutboxMessage, Resoluti
 from runtime.sandbox import receivers
 from tests import factories
 
-pytestmark = [pytest.mark.postgres]
+pytestmark: list[pytest.MarkDecorator] = []
 
 
 def _unresolved(owner, tool="demo.notify", params=None, result=None) -> Operation:
@@ -130,6 +130,7 @@ def test_lookup_is_refused_where_the_receiver_cannot_be_asked():
     )
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_support_staff_resolving_at_once_one_wins_the_other_gets_409():
     owner = factories.agent()
