@@ -19,6 +19,10 @@ from django.db import connection, transaction
 
 from runtime.db import db_datetime
 from runtime.models import Event
+from runtime.transitions import CONDITION_DEFAULT, CONDITION_RULES, OperationStatus
+from runtime.transitions import TaskCondition as C
+
+S = OperationStatus
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +45,24 @@ class TaskRow:
     ops_active: int = 0
 
 
-_COND_SQL = (
-    "CASE WHEN condition = 'terminal' THEN 'terminal' "
-    "WHEN ops_active + %(d_active)s > 0 THEN 'running' "
-    "WHEN ops_claimable + %(d_claimable)s > 0 THEN 'runnable' "
-    "WHEN ops_blocked + %(d_blocked)s > 0 THEN 'waiting' "
-    "ELSE 'runnable' END"
-)
+# Each status group of the condition rules is kept as a counter on the task row.
+COUNTERS = {S.ACTIVE: "active", S.CLAIMABLE: "claimable", S.BLOCKED: "blocked"}
+
+
+def condition_case_sql() -> str:
+    """The SQL CASE deriving a task's condition from its counters plus this statement's deltas,
+    rendered from ``transitions.CONDITION_RULES`` (the rule's one statement)."""
+    whens = " ".join(
+        f"WHEN ops_{COUNTERS[group]} + %(d_{COUNTERS[group]})s > 0 THEN '{condition}'"
+        for condition, group in CONDITION_RULES
+    )
+    return (
+        f"CASE WHEN condition = '{C.TERMINAL}' THEN '{C.TERMINAL}' {whens} "
+        f"ELSE '{CONDITION_DEFAULT}' END"
+    )
+
+
+_COND_SQL = condition_case_sql()
 
 # Built once from constants; every value is a bound parameter.
 _TOUCH_SQL = f"""

@@ -219,21 +219,26 @@ APPROVAL = Machine(
 )
 
 
-def task_condition_for(statuses: Iterable[str]) -> str:
-    """The live condition a task's operations imply (a pure rule; terminal is set explicitly).
+# The one statement of how a task's live condition follows from its operations, in priority
+# order: running work wins; then work eligible to start; then a dependency outside the workers
+# (approval, signal, timer, a person); with nothing pending the task waits on its agent's next
+# decision, which is runnable. ``task_condition_for`` reads it, and the journal statement's SQL
+# CASE (runtime.events) is rendered from it, so the two cannot drift.
+CONDITION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (C.RUNNING, S.ACTIVE),
+    (C.RUNNABLE, S.CLAIMABLE),
+    (C.WAITING, S.BLOCKED),
+)
+CONDITION_DEFAULT = C.RUNNABLE
 
-    Running work wins; then work eligible to start; then a dependency outside the workers
-    (approval, signal, timer, a person); with nothing pending the task waits on its agent's
-    next decision, which is runnable.
-    """
+
+def task_condition_for(statuses: Iterable[str]) -> str:
+    """The live condition a task's operations imply (a pure rule; terminal is set explicitly)."""
     present = set(statuses)
-    if present & set(S.ACTIVE):
-        return C.RUNNING
-    if present & set(S.CLAIMABLE):
-        return C.RUNNABLE
-    if present & set(S.BLOCKED):
-        return C.WAITING
-    return C.RUNNABLE
+    for condition, group in CONDITION_RULES:
+        if present & set(group):
+            return condition
+    return CONDITION_DEFAULT
 
 
 MACHINES = {m.name: m for m in (OPERATION, TASK, CANCELLATION, APPROVAL)}

@@ -193,18 +193,6 @@ def test_status_deltas_compose_along_a_path(a: str | None, b: str | None, c: str
     assert _add(status_deltas(a, b), status_deltas(b, c)) == status_deltas(a, c)
 
 
-def _condition_from_counts(counts: tuple[int, int, int]) -> str:
-    """What the journal statement's CASE derives from the counters (runtime.events)."""
-    active, claimable, blocked = counts
-    if active > 0:
-        return C.RUNNING
-    if claimable > 0:
-        return C.RUNNABLE
-    if blocked > 0:
-        return C.WAITING
-    return C.RUNNABLE
-
-
 @settings(max_examples=200)
 @given(
     starts=st.lists(st.sampled_from([S.PENDING, S.WAITING_APPROVAL, S.WAITING]), max_size=6),
@@ -237,4 +225,49 @@ def test_counters_kept_by_deltas_always_describe_the_operations(
             recount = _add(recount, _weight(status))
         assert counts == recount
         assert min(counts) >= 0
-        assert _condition_from_counts(counts) == task_condition_for(statuses)
+        assert statuses_condition_via_counters(statuses) == task_condition_for(statuses)
+
+
+def statuses_condition_via_counters(statuses: list[str]) -> str:
+    """Recount (pure): the first rule group with a positive counter, as the SQL CASE does."""
+    from runtime.transitions import CONDITION_DEFAULT, CONDITION_RULES
+
+    for condition, group in CONDITION_RULES:
+        if any(status in group for status in statuses):
+            return condition
+    return CONDITION_DEFAULT
+
+
+@pytest.mark.django_db
+def test_the_rendered_condition_case_agrees_with_the_rule_on_the_database():
+    """Run the journal statement's CASE itself (rendered from the rule list) on the database for
+    every small multiset of statuses, against ``task_condition_for``."""
+    import itertools
+
+    from django.db import connection
+
+    from runtime.events import condition_case_sql
+    from runtime.statemachine import status_deltas
+
+    case = condition_case_sql()
+    sql = (
+        f"SELECT {case} FROM (SELECT %(c)s AS condition, 0 AS ops_active, "
+        "0 AS ops_claimable, 0 AS ops_blocked) AS t"
+    )
+    for size in range(3):
+        for statuses in itertools.combinations_with_replacement(S.ALL, size):
+            counts = (0, 0, 0)
+            for status in statuses:
+                counts = _add(counts, status_deltas(None, status))
+            with connection.cursor() as cur:
+                cur.execute(
+                    sql,
+                    {
+                        "c": "runnable",
+                        "d_active": counts[0],
+                        "d_claimable": counts[1],
+                        "d_blocked": counts[2],
+                    },
+                )
+                (derived,) = cur.fetchone()
+            assert derived == task_condition_for(statuses), statuses
