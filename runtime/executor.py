@@ -34,6 +34,7 @@ def operation_execute(operation_id: str) -> str:
             lease_token=lease.lease_token,
             state_version=lease.state_version,
             report=report,
+            snapshot=lease.operation,
             execution_id=execution_id,
         )
     except StaleLease:

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from runtime import hotpath
 from runtime.crashpoints import crash_point
 from runtime.errors import NotClaimable, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
@@ -101,8 +102,14 @@ def operation_claim(
     now = now or timezone.now()
     try:
         with transaction.atomic():
+            if hotpath.enabled():
+                lease = _claim_fast_txn(
+                    operation_id, execution_id=execution_id, executor=executor, now=now
+                )
+                if lease is not None:
+                    return lease
             return _claim_txn(operation_id, execution_id=execution_id, executor=executor, now=now)
-    except _StoppedUnderLock:
+    except (_StoppedUnderLock, hotpath.StoppedUnderLock):
         pass
     # The claim rolled back; settle the work for the stop in a transaction of its own.
     with transaction.atomic():
@@ -111,6 +118,30 @@ def operation_claim(
             return Refusal("the task stopped")
         reason = _stop_reason(op.task)
         return _settle_or_refuse(op, S.CANCELLED, now=now, reason=reason)
+
+
+def _supported_tools() -> list[str]:
+    return [f"{a.name}:{v}" for a in adapters().values() for v in a.supported_versions]
+
+
+def _claim_fast_txn(
+    operation_id: str, *, execution_id: str, executor: str, now: datetime
+) -> Lease | None:
+    """The common claim as one statement (PostgreSQL); None leaves it to the general path."""
+    token = secrets.token_urlsafe(32)
+    expires = now + timedelta(seconds=lease_seconds())
+    op = hotpath.claim_txn(
+        operation_id,
+        execution_id=execution_id,
+        executor=executor,
+        expires=expires,
+        token_digest=lease_token_digest(token),
+        supported=_supported_tools() if executor == Operation.EXECUTOR_WORKER else [],
+        now=now,
+    )
+    if op is None:
+        return None
+    return Lease(op.pk, op.lease_generation, op.state_version, expires, op.attempts_used, op, token)
 
 
 def _settle_or_refuse(

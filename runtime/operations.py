@@ -6,6 +6,7 @@ outbox rows) commit together, fenced on lease generation and state version, or n
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from runtime import hotpath
 from runtime.actors import Actor, task_scope
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
@@ -24,17 +26,18 @@ from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
     NotFound,
+    RequestInProgress,
     StaleLease,
 )
-from runtime.events import event_append_txn
+from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
-from runtime.leases import lease_token_matches, task_stopping
+from runtime.leases import lease_token_digest, lease_token_matches, task_stopping
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
-from runtime.transitions import OperationStatus
+from runtime.transitions import OPERATION, OperationStatus
 
 S = OperationStatus
 
@@ -96,59 +99,77 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     )
     digest = params_hash(spec.params)
 
-    existing = Operation.objects.filter(task=task, idempotency_key=key).first()
-    if existing is not None:
-        return _same_intent_or_conflict(existing, digest), False
-
     now = timezone.now()
-    try:
+    op = Operation(
+        task_id=task.pk,
+        attempt_id=task.current_attempt_id or "",
+        kind=spec.kind,
+        tool=spec.tool,
+        tool_version=adapter.version,
+        step=spec.step,
+        intent_version=spec.intent_version,
+        params=spec.params,
+        params_hash=digest,
+        idempotency_key=key,
+        executor=spec.executor,
+        status=S.PENDING,
+        max_attempts=spec.max_attempts or adapter.max_attempts,
+        estimate=spec.estimate,
+        signal=spec.signal,
+        timeout_seconds=spec.timeout_seconds,
+        deadline=task.deadline,
+    )
+    if hotpath.enabled():
+        # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
         with transaction.atomic():
-            op = Operation.objects.create(
-                task=task,
-                attempt_id=task.current_attempt_id or "",
-                kind=spec.kind,
-                tool=spec.tool,
-                tool_version=adapter.version,
-                step=spec.step,
-                intent_version=spec.intent_version,
-                params=spec.params,
-                params_hash=digest,
-                idempotency_key=key,
-                executor=spec.executor,
-                status=S.PENDING,
-                max_attempts=spec.max_attempts or adapter.max_attempts,
-                estimate=spec.estimate,
-                signal=spec.signal,
-                timeout_seconds=spec.timeout_seconds,
-                deadline=task.deadline,
-            )
-            _, row = event_append_txn(
-                task_id=task.pk,
-                type="operation.proposed",
-                state_version=op.state_version,
-                now=now,
-                deltas=status_deltas(None, S.PENDING),
-                operation_id=op.pk,
-                actor=actor.label,
-                data={"tool": spec.tool, "step": spec.step, "status": S.PENDING, "kind": spec.kind},
-            )
-            # Read under the row lock the journal statement took: no cancel can slip in between.
-            task_admission_check(
-                condition=row.condition,
-                cancellation=row.cancellation,
-                paused=row.paused,
-                deadline=row.deadline,
-                now=now,
-            )
-            if spec.executor == Operation.EXECUTOR_WORKER:
-                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
-    except IntegrityError:
-        # A concurrent proposal with the same key won the unique constraint.
+            row = hotpath.propose_txn(op, actor=actor.label, now=now)
+            if row is not None:
+                _admit(row, now)  # read under the task's row lock; a refusal rolls back
+                return op, True
+    else:
         existing = Operation.objects.filter(task=task, idempotency_key=key).first()
-        if existing is None:
-            raise
-        return _same_intent_or_conflict(existing, digest), False
-    return op, True
+        if existing is not None:
+            return _same_intent_or_conflict(existing, digest), False
+        try:
+            with transaction.atomic():
+                op.save(force_insert=True)
+                _, row = event_append_txn(
+                    task_id=task.pk,
+                    type="operation.proposed",
+                    state_version=op.state_version,
+                    now=now,
+                    deltas=status_deltas(None, S.PENDING),
+                    operation_id=op.pk,
+                    actor=actor.label,
+                    data={
+                        "tool": spec.tool,
+                        "step": spec.step,
+                        "status": S.PENDING,
+                        "kind": spec.kind,
+                    },
+                )
+                _admit(row, now)
+                if spec.executor == Operation.EXECUTOR_WORKER:
+                    outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+            return op, True
+        except IntegrityError:
+            pass  # a concurrent proposal with the same key won the unique constraint
+    existing = Operation.objects.filter(task=task, idempotency_key=key).first()
+    if existing is None:
+        raise RequestInProgress("a proposal under this key is in progress; retry")
+    return _same_intent_or_conflict(existing, digest), False
+
+
+def _admit(row: TaskRow, now: datetime) -> None:
+    """Admission, read from the task row the journal statement locked: no cancel can slip in
+    between the check and the commit."""
+    task_admission_check(
+        condition=row.condition,
+        cancellation=row.cancellation,
+        paused=row.paused,
+        deadline=row.deadline,
+        now=now,
+    )
 
 
 def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:
@@ -223,36 +244,44 @@ def operation_report(
     state_version: int,
     report: Report,
     execution_id: str | None,
+    snapshot: Operation | None = None,
     now: datetime | None = None,
     rng: random.Random | None = None,
 ) -> Operation:
     """Accept an invocation's report under the claim it was issued.
 
     Preconditions: the reporter claimed the operation at ``lease_generation`` (and holds that
-    claim's ``lease_token``) and read it at ``state_version``; no transaction is open. A stale,
-    duplicate or forged report raises StaleLease after recording the rejected observation;
-    nothing is changed.
+    claim's ``lease_token``) and read it at ``state_version``; ``snapshot``, when given, is the
+    operation as that claim left it (the worker's copy: the common case then needs no read);
+    no transaction is open. A stale, duplicate or forged report raises StaleLease after
+    recording the rejected observation; nothing is changed.
     """
     now = now or timezone.now()
+    rng = rng or random.Random()
     try:
-        with transaction.atomic():
-            head = Operation.objects.filter(pk=operation_id).values("compensates_id").first()
-            if head is None:
-                raise StaleLease("no such operation", operation=operation_id)
-            operation_and_original_lock_txn(operation_id, head["compensates_id"])
-            op = Operation.objects.select_related("task").get(pk=operation_id)
-            if (
-                op.status != S.RUNNING
-                or op.lease_generation != lease_generation
-                or op.state_version != state_version
-                or not lease_token_matches(op, lease_token)
-            ):
-                raise StaleLease(
-                    "the lease is not the current one (generation, token or state version)",
-                    operation=operation_id,
+        try:
+            with transaction.atomic():
+                if (
+                    hotpath.enabled()
+                    and snapshot is not None
+                    and snapshot.lease_generation == lease_generation
+                    and snapshot.state_version == state_version
+                    and snapshot.compensates_id is None
+                ):
+                    accepted = _accept_fast_txn(snapshot, report, lease_token, now=now, rng=rng)
+                    if accepted is not None:
+                        crash_point("report.before_commit")
+                        return accepted
+                op = _report_general_txn(
+                    operation_id, lease_generation, lease_token, state_version, report, now, rng
                 )
-            _apply_report_txn(op, report, now=now, rng=rng or random.Random())
-            crash_point("report.before_commit")
+        except hotpath.StoppedUnderLock:
+            # A stop won the task row while the statement waited: the general path settles
+            # the report for the stopping task.
+            with transaction.atomic():
+                op = _report_general_txn(
+                    operation_id, lease_generation, lease_token, state_version, report, now, rng
+                )
     except StaleLease as exc:
         rejection_record(
             operation_id=operation_id,
@@ -266,6 +295,63 @@ def operation_report(
     return op
 
 
+def _report_general_txn(
+    operation_id: str,
+    lease_generation: int,
+    lease_token: str,
+    state_version: int,
+    report: Report,
+    now: datetime,
+    rng: random.Random,
+) -> Operation:
+    head = Operation.objects.filter(pk=operation_id).values("compensates_id").first()
+    if head is None:
+        raise StaleLease("no such operation", operation=operation_id)
+    operation_and_original_lock_txn(operation_id, head["compensates_id"])
+    op = Operation.objects.select_related("task").get(pk=operation_id)
+    if (
+        op.status != S.RUNNING
+        or op.lease_generation != lease_generation
+        or op.state_version != state_version
+        or not lease_token_matches(op, lease_token)
+    ):
+        raise StaleLease(
+            "the lease is not the current one (generation, token or state version)",
+            operation=operation_id,
+        )
+    _apply_report_txn(op, report, now=now, rng=rng)
+    crash_point("report.before_commit")
+    return op
+
+
+def _accept_fast_txn(
+    snapshot: Operation, report: Report, lease_token: str, *, now: datetime, rng: random.Random
+) -> Operation | None:
+    """The common acceptance as one statement (PostgreSQL); None leaves it to the general path.
+    The decision is made from the claim's snapshot, which the statement's guard (status,
+    generation, state version, token) proves is still the row."""
+    from runtime.tools import adapters
+
+    decision = report_decision(
+        snapshot, report, adapter=adapters().get(snapshot.tool), stopping=False, now=now, rng=rng
+    )
+    accepted = hotpath.accept_txn(
+        snapshot,
+        lease_token_digest=lease_token_digest(lease_token),
+        acceptance=decision,
+        actor=f"execution:{snapshot.execution_id}" if snapshot.execution_id else "unknown",
+        now=now,
+    )
+    if accepted is None:
+        return None
+    op = copy.copy(snapshot)
+    op.status = decision.target
+    op.state_version += 1
+    op.result, op.error = decision.result, decision.error
+    op.next_attempt_at, op.lease_expires_at = decision.next_attempt_at, None
+    return op
+
+
 def _max_elapsed(op: Operation, adapter: ToolAdapter | None) -> datetime | None:
     """The end of the retry time allowance, counted from the first attempt (stored, so a
     replacement worker never gets a fresh allowance)."""
@@ -275,28 +361,34 @@ def _max_elapsed(op: Operation, adapter: ToolAdapter | None) -> datetime | None:
     return op.first_attempt_at + timedelta(seconds=seconds)
 
 
-def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
-    """Decide the operation's next status from one report and apply it with everything that
-    must commit with it: invocation receipt, journal event, next outbox rows, saga steps."""
-    from runtime import compensation
-    from runtime.tools import adapters
-
-    adapter = adapters().get(op.tool)
+def report_decision(
+    op: Operation,
+    report: Report,
+    *,
+    adapter: ToolAdapter | None,
+    stopping: bool,
+    now: datetime,
+    rng: random.Random,
+) -> hotpath.Acceptance:
+    """What one report does to a running operation (pure: from the operation as claimed, the
+    tool's contract and whether its task is stopping). Both acceptance paths apply it."""
     contract = adapter.contract if adapter is not None else Contract.NONE
-    generation = op.lease_generation
-    fields: dict[str, Any]
+    result: Any = None
+    next_at: datetime | None = None
+    reason: str | None = None
+    error: dict[str, Any] | None
     if report.outcome == "succeeded":
-        target, fields = S.SUCCEEDED, {"result": report.result, "error": None}
+        target, result, error = S.SUCCEEDED, report.result, None
         invocation_outcome = Invocation.OUTCOME_SUCCEEDED
     elif report.outcome == "failed" and report.error_kind == ToolFailure.PERMANENT:
         target = S.FAILED
-        fields = {"error": {"kind": "permanent", "message": report.message}}
+        error = {"kind": "permanent", "message": report.message}
         invocation_outcome = Invocation.OUTCOME_FAILED_PERMANENT
     elif report.outcome == "unknown" and contract == Contract.NONE:
         # The effect may have happened and the receiver offers no way to tell or to dedupe:
         # a person decides, with the invocations as evidence. Never invoked again by a machine.
         target = S.UNRESOLVED
-        fields = {"error": {"kind": "unknown", "message": report.message}}
+        error = {"kind": "unknown", "message": report.message}
         invocation_outcome = Invocation.OUTCOME_UNKNOWN
     else:
         # A transient failure; or an unknown outcome where repeating under the same key is safe
@@ -309,65 +401,103 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         delay = backoff_delay(
             op.attempts_used, settings.RETRY_BASE_SECONDS, settings.RETRY_CAP_SECONDS, rng
         )
-        next_at = now + timedelta(seconds=delay)
+        retry_at = now + timedelta(seconds=delay)
         elapsed_limit = _max_elapsed(op, adapter)
-        fields = {"error": error}
         if op.attempts_used >= op.max_attempts:
             target = S.FAILED
             error["message"] = f"{report.message} (attempts exhausted: {op.attempts_used})"
-        elif op.deadline is not None and next_at >= op.deadline and not op.compensates_id:
+        elif op.deadline is not None and retry_at >= op.deadline and not op.compensates_id:
             target = S.FAILED
             error["message"] = f"{report.message} (no retry fits before the deadline)"
-        elif elapsed_limit is not None and next_at >= elapsed_limit:
+        elif elapsed_limit is not None and retry_at >= elapsed_limit:
             target = S.FAILED
             error["message"] = f"{report.message} (retry time allowance used up)"
         else:
-            target = S.RETRY_SCHEDULED
-            fields["next_attempt_at"] = next_at
+            target, next_at = S.RETRY_SCHEDULED, retry_at
         if target == S.FAILED and report.outcome == "unknown":
             # Out of retries with the effect still unconfirmed: not a failure anyone can assert.
             target = S.UNRESOLVED
     if target == S.FAILED and op.compensates_id:
         # A compensation that cannot finish is handed to a person, never lost as "failed".
         target = S.UNRESOLVED
-    if target == S.RETRY_SCHEDULED and task_stopping(op.task) and not op.compensates_id:
+    if target == S.RETRY_SCHEDULED and stopping and not op.compensates_id:
         # Nothing is retried for a stopping task: work that failed is simply cancelled; an
         # outcome nobody can confirm stays with a person (unless repeating it is harmless).
-        fields.pop("next_attempt_at", None)
+        next_at = None
         target = (
             S.UNRESOLVED
             if report.outcome == "unknown" and contract != Contract.PURE
             else S.CANCELLED
         )
-        fields["status_reason"] = "stopped with the task"
-    fields["lease_expires_at"] = None
-    data: dict[str, Any] = {"lease_generation": generation, "attempts_used": op.attempts_used}
-    if "next_attempt_at" in fields:
-        data["retry_at"] = fields["next_attempt_at"].isoformat()
-    if fields.get("error"):
-        data["error"] = fields["error"]
+        reason = "stopped with the task"
+    data: dict[str, Any] = {
+        "lease_generation": op.lease_generation,
+        "attempts_used": op.attempts_used,
+    }
+    if next_at is not None:
+        data["retry_at"] = next_at.isoformat()
+    if error:
+        data["error"] = error
+    return hotpath.Acceptance(
+        target=target,
+        edge=OPERATION.check(S.RUNNING, target),
+        result=result,
+        error=error,
+        next_attempt_at=next_at,
+        invocation_outcome=invocation_outcome,
+        receipt=report.receipt,
+        provider_handle=report.provider_handle,
+        data=data,
+        status_reason=reason,
+    )
+
+
+def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
+    """The general acceptance: the decision applied through the guarded writer with everything
+    that must commit with it (invocation receipt, journal event, next outbox row, and what the
+    settling sets in motion: saga steps, a stopping task's quiescence)."""
+    from runtime import compensation
+    from runtime.tools import adapters
+
+    decision = report_decision(
+        op,
+        report,
+        adapter=adapters().get(op.tool),
+        stopping=task_stopping(op.task),
+        now=now,
+        rng=rng,
+    )
+    generation = op.lease_generation
+    fields: dict[str, Any] = {
+        "result": decision.result,
+        "error": decision.error,
+        "next_attempt_at": decision.next_attempt_at,
+        "lease_expires_at": None,
+    }
+    if decision.status_reason is not None:
+        fields["status_reason"] = decision.status_reason
     transitioned = operation_transition_txn(
         op,
-        target,
+        decision.target,
         now=now,
         fields=fields,
         lease_generation=generation,
         actor=f"execution:{op.execution_id}" if op.execution_id else "unknown",
-        data=data,
+        data=decision.data,
     )
     Invocation.objects.filter(operation=op, lease_generation=generation).update(
-        outcome=invocation_outcome,
+        outcome=decision.invocation_outcome,
         finished_at=now,
-        receipt=report.receipt,
-        provider_handle=report.provider_handle[:300],
+        receipt=decision.receipt,
+        provider_handle=decision.provider_handle[:300],
     )
-    if target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER:
+    if decision.target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER:
         # Agent-run work is claimed by its agent over the API, never announced to workers.
         outbox_enqueue_txn(
             topic=TOPIC_EXECUTE,
             operation_id=op.pk,
             now=now,
-            available_at=fields["next_attempt_at"],
+            available_at=decision.next_attempt_at,
         )
     compensation.after_settle_txn(op, transitioned.task, now=now)
 

@@ -30,7 +30,8 @@ def _claimed(owner, **spec) -> tuple[Operation, Lease]:
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
-def test_a_stop_racing_a_report_waits_for_it_and_keeps_the_result(stop):
+def test_a_stop_racing_a_report_waits_for_it_and_keeps_the_result(stop, settings):
+    settings.HOTPATH = False  # the general path: a window between operation and task locks
     owner = factories.agent()
     op, lease = _claimed(owner, params={"v": 1})
 
@@ -63,7 +64,8 @@ def test_a_stop_racing_a_report_waits_for_it_and_keeps_the_result(stop):
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
-def test_a_stop_racing_a_claim_waits_then_asks_the_running_work_to_stop(stop):
+def test_a_stop_racing_a_claim_waits_then_asks_the_running_work_to_stop(stop, settings):
+    settings.HOTPATH = False
     owner = factories.agent()
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"v": 1})
@@ -99,6 +101,10 @@ def test_a_stop_racing_a_claim_waits_then_asks_the_running_work_to_stop(stop):
         report=Report(outcome="failed", error_kind="transient", message="stopped"),
         execution_id=execution,
     )
+    _assert_stopped_and_quiet(op, task, stop)
+
+
+def _assert_stopped_and_quiet(op: Operation, task, stop: str) -> None:
     op.refresh_from_db()
     assert op.status == "cancelled"
     task = Task.objects.get(pk=task.pk)
@@ -107,7 +113,68 @@ def test_a_stop_racing_a_claim_waits_then_asks_the_running_work_to_stop(stop):
         assert task.cancellation == "quiescent"
 
 
-def test_a_report_of_a_compensation_locks_its_original_before_the_task():
+# --- the one-statement path: the stop holds the operation rows, the statement waits -----------
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_claim_statement_waits_for_a_stop_holding_the_operations_then_claims_nothing(stop):
+    """The stop has locked the task's operations (first in the order) and not yet the task; the
+    one-statement claim blocks on the operation row instead of taking the task row first."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    execution = execution_for_agent("worker").pk
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: STOPS[stop](owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        claimer, claimed = in_thread(
+            lambda: operation_claim(op.pk, execution_id=execution), "claimer"
+        )
+        wait_until_blocked_on_a_lock("the claim statement to wait for the stop's row lock")
+        gate.release()
+        stopper.join(30)
+        claimer.join(30)
+
+    stopped.result(timeout=1)
+    assert not isinstance(claimed.result(timeout=1), Lease)
+    op.refresh_from_db()
+    assert (op.status, op.lease_generation) == ("cancelled", 0)
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_an_acceptance_statement_waits_for_a_stop_then_settles_for_it(stop):
+    owner = factories.agent()
+    op, lease = _claimed(owner, params={"v": 1})
+    task = Task.objects.get(pk=op.task_id)
+
+    def report() -> Operation:
+        return operation_report(
+            op.pk,
+            lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=Report(outcome="failed", error_kind="transient", message="stopped"),
+            execution_id=None,
+            snapshot=lease.operation,
+        )
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: STOPS[stop](owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        reporter, reported = in_thread(report, "reporter")
+        wait_until_blocked_on_a_lock("the acceptance statement to wait for the stop's row lock")
+        gate.release()
+        stopper.join(30)
+        reporter.join(30)
+
+    stopped.result(timeout=1)
+    reported.result(timeout=1)
+    # The retry a transient failure would have scheduled is not: the task stopped first.
+    _assert_stopped_and_quiet(op, task, stop)
+
+
+def test_a_report_of_a_compensation_locks_its_original_before_the_task(settings):
     """Settling a compensation also moves its original: both operation rows are locked (in
     ascending id) before the task row, so a cancel of the task can not interleave."""
     owner, support = factories.agent(), factories.console_user("support")
