@@ -211,7 +211,17 @@ def operation_list(
 
 
 def invocations_of(operation: Operation) -> list[Invocation]:
-    return list(operation.invocations.order_by("number"))
+    return invocations_by_operation([operation.pk])[operation.pk]
+
+
+def invocations_by_operation(operation_ids: list[str]) -> dict[str, list[Invocation]]:
+    """The invocations of a whole page of operations in one query (never one per row)."""
+    found: dict[str, list[Invocation]] = {op_id: [] for op_id in operation_ids}
+    for inv in Invocation.objects.filter(operation_id__in=operation_ids).order_by(
+        "operation_id", "number"
+    ):
+        found[inv.operation_id].append(inv)
+    return found
 
 
 # --- acceptance ---------------------------------------------------------------------------

@@ -243,3 +243,11 @@ def unresolved_queue(actor: Actor, limit: int = 100) -> list[Operation]:
         .select_related("task")
         .order_by("updated_at", "id")[:limit]
     )
+
+
+def resolutions_by_operation(operation_ids: list[str]) -> dict[str, list[Resolution]]:
+    """The audit history of a page of operations in one query."""
+    found: dict[str, list[Resolution]] = {op_id: [] for op_id in operation_ids}
+    for row in Resolution.objects.filter(operation_id__in=operation_ids).order_by("at", "id"):
+        found[row.operation_id].append(row)
+    return found

@@ -112,15 +112,26 @@ def task_list(
 
 
 def task_pending_operation_ids(task: Task) -> list[str]:
+    return tasks_pending_operation_ids([task.pk])[task.pk]
+
+
+def tasks_pending_operation_ids(task_ids: list[str], per_task: int = 100) -> dict[str, list[str]]:
+    """Each task's unsettled operations, oldest first, for a whole page of tasks in one query
+    (never one query per row)."""
     from runtime.models import Operation
     from runtime.transitions import OperationStatus as S
 
     live = [s for s in S.ALL if s not in S.FINAL]
-    return list(
-        Operation.objects.filter(task=task, status__in=live)
-        .order_by("created_at")
-        .values_list("id", flat=True)[:100]
+    pending: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
+    rows = (
+        Operation.objects.filter(task_id__in=task_ids, status__in=live)
+        .order_by("created_at", "id")
+        .values_list("task_id", "id")
     )
+    for task_id, op_id in rows:
+        if len(pending[task_id]) < per_task:
+            pending[task_id].append(op_id)
+    return pending
 
 
 def task_admission_check(

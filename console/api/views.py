@@ -30,11 +30,21 @@ JSON = OpenApiTypes.OBJECT
 
 
 def task_body(task: Task) -> dict[str, Any]:
-    return s.task_out(task, tasks.task_pending_operation_ids(task))
+    return task_bodies([task])[0]
+
+
+def task_bodies(page: list[Task]) -> list[dict[str, Any]]:
+    pending = tasks.tasks_pending_operation_ids([t.pk for t in page])
+    return [s.task_out(t, pending[t.pk]) for t in page]
 
 
 def operation_body(op: Operation) -> dict[str, Any]:
-    return s.operation_out(op, operations.invocations_of(op))
+    return operation_bodies([op])[0]
+
+
+def operation_bodies(page: list[Operation]) -> list[dict[str, Any]]:
+    invocations = operations.invocations_by_operation([op.pk for op in page])
+    return [s.operation_out(op, invocations[op.pk]) for op in page]
 
 
 class ApiView(APIView):
@@ -92,7 +102,7 @@ class TaskCollection(ApiView):
         page, more = rows[:limit], len(rows) > limit
         return Response(
             {
-                "results": [task_body(t) for t in page],
+                "results": task_bodies(page),
                 "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
             }
         )
@@ -127,7 +137,7 @@ class TaskOperations(ApiView):
         actor = actor_of(request)
         tasks.task_get(actor, task_id)
         ops = operations.operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
-        return Response({"results": [operation_body(op) for op in ops]})
+        return Response({"results": operation_bodies(ops)})
 
     @extend_schema(request=s.OperationIn, responses={200: JSON, 201: JSON})
     @idempotent
@@ -172,7 +182,7 @@ class OperationCollection(ApiView):
         page, more = rows[:limit], len(rows) > limit
         return Response(
             {
-                "results": [operation_body(op) for op in page],
+                "results": operation_bodies(page),
                 "next": s.cursor_encode(page[-1].created_at, page[-1].pk) if more else None,
             }
         )

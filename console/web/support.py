@@ -16,6 +16,7 @@ from runtime import resolutions
 from runtime.actors import ROLE_SUPPORT, Actor
 from runtime.errors import DomainError, InvalidInput
 from runtime.models import Operation
+from runtime.operations import invocations_by_operation
 from runtime.tools import contract_of
 
 _LABELS = {
@@ -29,7 +30,10 @@ _LABELS = {
 
 def _rows(actor: Actor) -> list[dict[str, Any]]:
     rows = []
-    for op in resolutions.unresolved_queue(actor):
+    queue = resolutions.unresolved_queue(actor)
+    invocations = invocations_by_operation([op.pk for op in queue])
+    history = resolutions.resolutions_by_operation([op.pk for op in queue])
+    for op in queue:
         rows.append(
             {
                 "op": op,
@@ -38,9 +42,9 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
                 "params": json_text(op.params),
                 "invocations": [
                     {"inv": inv, "receipt": None if inv.receipt is None else json_text(inv.receipt)}
-                    for inv in op.invocations.order_by("number")
+                    for inv in invocations[op.pk]
                 ],
-                "history": list(op.resolutions.order_by("at")),
+                "history": history[op.pk],
             }
         )
     return rows

@@ -1,0 +1,201 @@
+"""The hot path's cost is pinned: on PostgreSQL a proposal is 2 statements (the visibility read
+and one INSERT ... ON CONFLICT chain), a claim 1, an acceptance 1, and an operation costs 3 write
+commits end to end, the REST path with an ``Idempotency-Key`` included in the statement count's
+spirit (the key's record is its own small commit). The SQL's guarded status sets come from the
+transition tables; the queue and list queries can use their indexes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from runtime import hotpath
+from runtime.executions import execution_for_agent
+from runtime.leases import Lease, lease_heartbeat, operation_claim
+from runtime.models import Event, Invocation, Operation, OutboxMessage
+from runtime.operations import OperationSpec, Report, operation_propose, operation_report
+from runtime.transitions import OPERATION
+from runtime.transitions import OperationStatus as S
+from tests import factories
+
+pytestmark = [pytest.mark.postgres]
+
+
+@contextmanager
+def _commits() -> Iterator[list[int]]:
+    """Count the commits Django makes on this connection (each outermost atomic block)."""
+    counted = [0]
+    real = connection.commit
+
+    def commit() -> None:
+        counted[0] += 1
+        real()
+
+    connection.commit = commit  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        connection.commit = real  # type: ignore[method-assign]
+
+
+_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
+def _statements(ctx: CaptureQueriesContext) -> list[str]:
+    """The SQL statements sent (transaction control is counted as commits, not here)."""
+    return [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(_CONTROL)]
+
+
+def test_the_guarded_sources_in_the_sql_are_edges_of_the_table():
+    assert set(hotpath.CLAIM_SOURCES) <= OPERATION.sources_of(S.RUNNING)
+    assert set(hotpath.CLAIM_SOURCES) == set(S.CLAIMABLE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_propose_claim_accept_are_2_1_1_statements_and_3_commits():
+    owner = factories.agent()
+    task = factories.task(owner)
+    execution = execution_for_agent("worker").pk
+    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+        op, created = operation_propose(
+            owner.actor, task.pk, OperationSpec(tool="demo.echo", step="s", params={"v": 1})
+        )
+    assert created
+    assert len(_statements(ctx)) == 2, _statements(ctx)
+    proposed_commits = commits[0]
+
+    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+        lease = operation_claim(op.pk, execution_id=execution)
+    assert isinstance(lease, Lease)
+    assert len(_statements(ctx)) == 1, _statements(ctx)
+    claimed_commits = commits[0]
+
+    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+        accepted = operation_report(
+            op.pk,
+            lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=Report(outcome="succeeded", result={"v": 1}),
+            execution_id=execution,
+            snapshot=lease.operation,
+        )
+    assert len(_statements(ctx)) == 1, _statements(ctx)
+    assert proposed_commits + claimed_commits + commits[0] == 3
+    assert accepted.status == "succeeded"
+
+    # The one-statement path wrote everything the general path writes.
+    op.refresh_from_db()
+    assert (op.status, op.result, op.lease_generation, op.attempts_used) == (
+        "succeeded",
+        {"v": 1},
+        1,
+        1,
+    )
+    assert [e.type for e in Event.objects.filter(operation=op).order_by("seq")] == [
+        "operation.proposed",
+        "operation.claimed",
+        "operation.succeeded",
+    ]
+    assert all(e.actor for e in Event.objects.filter(operation=op))
+    inv = Invocation.objects.get(operation=op)
+    assert (inv.number, inv.lease_generation, inv.outcome) == (1, 1, "succeeded")
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    task.refresh_from_db()
+    assert (task.ops_active, task.ops_claimable, task.ops_blocked) == (0, 0, 0)
+    assert task.condition == "runnable"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_through_the_one_statement_acceptance_is_announced_once():
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk)
+    assert isinstance(lease, Lease)
+    with CaptureQueriesContext(connection) as ctx:
+        accepted = operation_report(
+            op.pk,
+            lease_generation=1,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=Report(outcome="failed", error_kind="transient", message="busy"),
+            execution_id=None,
+            snapshot=lease.operation,
+            rng=random.Random(1),
+        )
+    assert len(_statements(ctx)) == 1
+    assert accepted.status == "retry_scheduled"
+    op.refresh_from_db()
+    assert op.next_attempt_at is not None and op.next_attempt_at > timezone.now()
+    assert OutboxMessage.objects.filter(operation=op).count() == 1
+    task.refresh_from_db()
+    assert (task.ops_active, task.ops_claimable) == (0, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_is_one_update_and_one_read():
+    owner = factories.agent()
+    op = factories.operation(owner, factories.task(owner))
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk)
+    assert isinstance(lease, Lease)
+    with CaptureQueriesContext(connection) as ctx:
+        lease_heartbeat(op.pk, 1, lease.lease_token)
+    assert len(_statements(ctx)) <= 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("name", "queryset"),
+    [
+        (
+            "expired leases (sweeper)",
+            lambda: (
+                Operation.objects.filter(status="running", lease_expires_at__lt=timezone.now())
+                .order_by("lease_expires_at")
+                .values_list("pk", flat=True)[:200]
+            ),
+        ),
+        (
+            "stale outbox rows (sweeper)",
+            lambda: OutboxMessage.objects.filter(available_at__lte=timezone.now()).order_by(
+                "available_at"
+            )[:500],
+        ),
+        (
+            "operations by status (unresolved queue, API list)",
+            lambda: Operation.objects.filter(status="unresolved").order_by("created_at", "id")[:50],
+        ),
+        (
+            "a task's operations",
+            lambda: Operation.objects.filter(task_id="tsk_x").order_by("created_at")[:500],
+        ),
+        (
+            "a task's journal after a cursor",
+            lambda: Event.objects.filter(task_id="tsk_x", seq__gt=10).order_by("seq")[:200],
+        ),
+        (
+            "an agent's tasks, newest first",
+            lambda: (
+                __import__("runtime.models", fromlist=["Task"])
+                .Task.objects.filter(agent_id=1)
+                .order_by("-created_at", "-id")[:50]
+            ),
+        ),
+    ],
+)
+def test_queue_and_list_queries_can_use_an_index(name, queryset):
+    """With sequential scans priced out, the planner must find an index for each hot query: a
+    query that could only be answered by scanning the table fails here."""
+    sql, params = queryset().query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "Index" in plan and "Seq Scan" not in plan, f"{name}:\n{plan}"
