@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -269,13 +269,19 @@ def lease_heartbeat(
     re-checks the expiry in its own statement."""
     now = now or timezone.now()
     expires = now + timedelta(seconds=lease_seconds())
-    touched = Operation.objects.filter(
-        pk=operation_id,
-        status=S.RUNNING,
-        lease_generation=lease_generation,
-        lease_token_digest=lease_token_digest(lease_token),
-    ).update(lease_expires_at=expires)
-    if touched != 1:
+    with connection.cursor() as cur:
+        # One statement: extend under the claim and read the stop flags in the same breath.
+        cur.execute(
+            _HEARTBEAT_SQL,
+            {
+                "expires": expires,
+                "id": operation_id,
+                "generation": lease_generation,
+                "digest": lease_token_digest(lease_token),
+            },
+        )
+        row = cur.fetchone()
+    if row is None:
         rejection_record(
             operation_id=operation_id,
             kind="stale_heartbeat",
@@ -283,20 +289,21 @@ def lease_heartbeat(
             detail={},
         )
         raise StaleLease("the lease is not the current one", operation=operation_id)
-    row = (
-        Operation.objects.filter(pk=operation_id)
-        .values("cancel_requested", "task__cancellation", "task__condition")
-        .first()
-    )
+    cancel_requested, cancellation, condition = row
     cancel = bool(
-        row
-        and (
-            row["cancel_requested"]
-            or row["task__cancellation"] != Cancellation.NONE
-            or row["task__condition"] == TaskCondition.TERMINAL
-        )
+        cancel_requested or cancellation != Cancellation.NONE or condition == TaskCondition.TERMINAL
     )
     return expires, cancel
+
+
+_HEARTBEAT_SQL = f"""
+UPDATE runtime_operation SET lease_expires_at = %(expires)s
+WHERE id = %(id)s AND status = '{S.RUNNING}' AND lease_generation = %(generation)s
+  AND lease_token_digest = %(digest)s
+RETURNING cancel_requested,
+  (SELECT cancellation FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
+  (SELECT condition FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id)
+"""  # noqa: S608 (constants only)
 
 
 def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
