@@ -89,6 +89,7 @@ class NotImplementedYet(ApiView):
     """Routes of the contract (API.md) not built yet: 501 ``not_implemented``, never a 404, so a
     client can tell a planned route from a wrong one."""
 
+    @extend_schema(exclude=True)  # not part of the served schema until built
     def _refuse(self, request: Request, *args: object, **kwargs: object) -> Response:
         actor_of(request)  # authentication first: anonymous callers still get 401
         raise NotImplementedRoute(f"{request.method} {request.path} is not implemented yet")

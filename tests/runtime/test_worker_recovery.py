@@ -82,7 +82,7 @@ def test_hung_worker_loses_its_lease_and_its_late_result_is_rejected(workers):
     # The hung process wakes after its lease expired and tries to complete: refused, recorded.
     rejected = wait_for(
         lambda: RejectedObservation.objects.filter(operation=op, kind="stale_completion").first(),
-        timeout=60,
+        timeout=120,
         what="the hung worker's late completion",
     )
     assert rejected.lease_generation == 1
