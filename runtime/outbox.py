@@ -64,8 +64,15 @@ def outbox_publish(messages: list[OutboxMessage]) -> int:
     return sent
 
 
+# A row republished n times waits grace * 2^n before the next republish (capped), so a sweep
+# under backlog, whose messages are still queued in the broker, does not flood it with copies
+# faster than workers drain them (no feedback loop).
+_REPUBLISH_BACKOFF_CAP = 6
+
+
 def outbox_sweep(now: datetime | None = None, batch: int = 500) -> int:
-    """Publish again the rows due for longer than the grace period and still unconsumed."""
+    """Publish again the rows due for longer than the grace period and still unconsumed, each
+    one later than the last time (exponential backoff per row)."""
     now = now or timezone.now()
     grace = timedelta(seconds=settings.OUTBOX_GRACE_SECONDS)
     with transaction.atomic():
@@ -75,9 +82,13 @@ def outbox_sweep(now: datetime | None = None, batch: int = 500) -> int:
         stale = list(qs[:batch])
         if not stale:
             return 0
-        OutboxMessage.objects.filter(pk__in=[m.pk for m in stale]).update(
-            available_at=now, publish_count=F("publish_count") + 1, last_published_at=now
-        )
+        for message in stale:
+            backoff = 2 ** min(message.publish_count + 1, _REPUBLISH_BACKOFF_CAP)
+            OutboxMessage.objects.filter(pk=message.pk).update(
+                available_at=now + grace * (backoff - 1),
+                publish_count=F("publish_count") + 1,
+                last_published_at=now,
+            )
     for message in stale:
-        message.available_at = now
+        message.available_at = timezone.now()  # due now: publish without a countdown
     return outbox_publish(stale)
