@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress
@@ -52,6 +52,67 @@ def request_begin(
         if existing is not None:
             return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
     raise RequestInProgress("a request with this Idempotency-Key is still in progress")
+
+
+def request_in_one_commit() -> bool:
+    """Whether keys can be taken inside the request's own transaction (PostgreSQL's
+    transaction-scoped advisory locks); elsewhere the key's record is claimed in a short
+    transaction of its own first."""
+    return connection.vendor == "postgresql"
+
+
+def request_claim_txn(
+    *, principal: str, key: str, method: str, path: str, body_hash: str
+) -> IdempotentRequest | Replay | None:
+    """Inside the request's own transaction (PostgreSQL): take the key for this transaction, or
+    answer from its record. The key is held by a transaction-scoped advisory lock, so a second
+    request under the same key while this one runs is refused at once (409) instead of waiting,
+    and the record is written only with the response, in the same commit as the business write:
+    the key costs no commit of its own. Returns None (or an abandoned record to finish) when the
+    request should run, a Replay when it ran before.
+
+    Preconditions: inside ``atomic(durable=True)`` on PostgreSQL."""
+    if not _valid_key(key):
+        raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 7))", [f"{principal}|{key}"]
+        )
+        row = cur.fetchone()
+    if not (row and row[0]):
+        raise RequestInProgress("a request with this Idempotency-Key is still in progress")
+    existing = IdempotentRequest.objects.filter(principal=principal, key=key).first()
+    if existing is None:
+        return None
+    return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
+
+
+def request_record_txn(
+    record: IdempotentRequest | None,
+    *,
+    principal: str,
+    key: str,
+    method: str,
+    path: str,
+    body_hash: str,
+    status: int,
+    body: Any,
+) -> None:
+    """Store the first response, inside the transaction that made it (see request_claim_txn)."""
+    if record is not None:
+        request_finish_txn(record, status, body)
+        return
+    IdempotentRequest.objects.create(
+        principal=principal,
+        key=key,
+        method=method,
+        path=path,
+        body_hash=body_hash,
+        status=IdempotentRequest.STATUS_DONE,
+        response_status=status,
+        response_body=body,
+        finished_at=timezone.now(),
+    )
 
 
 def _replay_or_refuse(

@@ -19,7 +19,15 @@ from rest_framework.response import Response
 from console.api.auth import actor_of
 from runtime.errors import DomainError
 from runtime.hashing import canonical_json
-from runtime.idempotent_requests import Replay, request_abandon, request_begin, request_finish_txn
+from runtime.idempotent_requests import (
+    Replay,
+    request_abandon,
+    request_begin,
+    request_claim_txn,
+    request_finish_txn,
+    request_in_one_commit,
+    request_record_txn,
+)
 from runtime.models import IdempotentRequest
 
 Handler = Callable[..., Response]
@@ -73,6 +81,8 @@ def _wrap(handler: Handler, *, atomic: bool) -> Handler:
     @functools.wraps(handler)
     def wrapper(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = request.headers.get("Idempotency-Key")
+        if key is not None and atomic and request_in_one_commit():
+            return _in_one_commit(handler, self, request, key, *args, **kwargs)
         begun: IdempotentRequest | None = None
         if key is not None:
             claimed = request_begin(
@@ -112,3 +122,37 @@ def _wrap(handler: Handler, *, atomic: bool) -> Handler:
         return response
 
     return wrapper
+
+
+def _in_one_commit(
+    handler: Handler, view: Any, request: Request, key: str, *args: Any, **kwargs: Any
+) -> Response:
+    """PostgreSQL: the key is taken, the handler runs and the response is stored in one
+    transaction, so an ``Idempotency-Key`` adds statements but no commit to the request."""
+    identity = {
+        "principal": actor_of(request).key,
+        "key": key,
+        "method": request.method or "POST",
+        "path": request.path,
+        "body_hash": _body_hash(request),
+    }
+    refusal: DomainError | None = None
+    with transaction.atomic(durable=True):
+        claimed = request_claim_txn(**identity)
+        if isinstance(claimed, Replay):
+            replay = Response(claimed.body, status=claimed.status)
+            replay["Idempotent-Replayed"] = "true"
+            return replay
+        try:
+            response = handler(view, request, *args, **kwargs)
+        except DomainError as exc:
+            # What the service chose to keep (a rejected report's record) still commits; the
+            # key is not burned: no record is written for a refusal.
+            refusal = exc
+        else:
+            if 200 <= response.status_code < 300:
+                body = json.loads(JSONRenderer().render(response.data) or b"null")
+                request_record_txn(claimed, status=response.status_code, body=body, **identity)
+    if refusal is not None:
+        raise refusal
+    return response

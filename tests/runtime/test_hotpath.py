@@ -199,3 +199,25 @@ def test_queue_and_list_queries_can_use_an_index(name, queryset):
         cur.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cur.fetchall())
     assert "Index" in plan and "Seq Scan" not in plan, f"{name}:\n{plan}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proposal_over_rest_with_an_idempotency_key_is_one_commit():
+    """The key's record is written in the proposal's own transaction: the REST path keeps the
+    operation at 3 write commits (propose, claim, accept)."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    client = owner.client()
+    body = {"tool": "demo.echo", "step": "s", "params": {"v": 1}}
+    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+        response = client.post(
+            f"/api/v1/tasks/{task.pk}/operations", body, format="json", HTTP_IDEMPOTENCY_KEY="k1"
+        )
+    assert response.status_code == 201, response.content
+    assert commits[0] == 1
+    assert len(_statements(ctx)) <= 7, _statements(ctx)
+    replay = client.post(
+        f"/api/v1/tasks/{task.pk}/operations", body, format="json", HTTP_IDEMPOTENCY_KEY="k1"
+    )
+    assert replay.status_code == 201 and replay["Idempotent-Replayed"] == "true"
+    assert replay.json() == response.json()
