@@ -163,6 +163,9 @@ SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.
 OUTBOX_GRACE_SECONDS = _env_int("OUTBOX_GRACE_SECONDS", max(2 * SWEEP_SECONDS, 5))
+# Server-sent events are woken by journal hints; with hints (services mode) the journal is read
+# on this slow timer only as a safety net against a lost hint.
+SSE_SAFETY_POLL_SECONDS = _env_int("SSE_SAFETY_POLL_SECONDS", 2)
 CELERY_QUEUE = os.environ.get("CELERY_QUEUE", "operations")
 # Retries: full-jitter exponential backoff, uniform over [0, min(cap, base * 2^(n-1))].
 RETRY_BASE_SECONDS = float(os.environ.get("RETRY_BASE_SECONDS") or 1.0)

@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 
 from runtime.events import TaskRow, condition_case_sql, event_hint
 from runtime.models import Operation, OutboxMessage
+from runtime.outbox import outbox_publish
 from runtime.statemachine import status_deltas
 from runtime.transitions import OPERATION, Cancellation, OperationStatus, TaskCondition
 
@@ -314,8 +315,6 @@ def accept_txn(
     _hint_after_commit(task, f"operation.{acceptance.edge}")
     outbox_id = row[len(_TASK_NAMES)]
     if outbox_id is not None:
-        from runtime.outbox import outbox_publish
-
         message = OutboxMessage(
             pk=outbox_id,
             topic="operation.execute",
@@ -401,8 +400,6 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     _hint_after_commit(task, "operation.proposed")
     outbox_id = row[len(_TASK_NAMES)]
     if outbox_id is not None:
-        from runtime.outbox import outbox_publish
-
         message = OutboxMessage(
             pk=outbox_id,
             topic="operation.execute",

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -328,27 +329,49 @@ def _float(raw: str | None, default: float) -> float:
 
 
 async def _sse(task_id: str, after: int, max_seconds: float) -> AsyncIterator[bytes]:
-    """Server-sent events from the journal, resuming strictly after ``after``. Polls the journal
-    (hints only shorten the wait elsewhere); ends after ``max_seconds`` so clients reconnect
-    with Last-Event-ID."""
+    """Server-sent events from the journal, resuming strictly after ``after``. Woken by the same
+    journal hints as the websockets (services mode); the hints are lossy, so the journal is also
+    read on a slow timer as a safety net (and on a quick one in embedded mode, where hints do not
+    cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID."""
     import json
 
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    layer = get_channel_layer()
+    hinted = layer is not None and not isinstance(layer, InMemoryChannelLayer)
+    group = journal.TASK_GROUP.format(task_id=task_id)
+    channel = ""
+    if hinted:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+    idle = float(settings.SSE_SAFETY_POLL_SECONDS) if hinted else 0.25
     loop = asyncio.get_running_loop()
     started = loop.time()
     last = after
     quiet = 0.0
-    yield b"retry: 1000\n\n"
-    while loop.time() - started < max_seconds:
-        rows = await sync_to_async(journal.events_after)(task_id, last, 200)
-        for event in rows:
-            body = json.dumps(s.event_out(event), separators=(",", ":"))
-            yield f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()
-            last = event.seq
-        if rows:
-            quiet = 0.0
-            continue
-        await asyncio.sleep(0.25)
-        quiet += 0.25
-        if quiet >= 15:
-            quiet = 0.0
-            yield b": keepalive\n\n"
+    try:
+        yield b"retry: 1000\n\n"
+        while loop.time() - started < max_seconds:
+            rows = await sync_to_async(journal.events_after)(task_id, last, 200)
+            for event in rows:
+                body = json.dumps(s.event_out(event), separators=(",", ":"))
+                yield f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()
+                last = event.seq
+            if rows:
+                quiet = 0.0
+                continue
+            waited = loop.time()
+            try:
+                if hinted:
+                    await asyncio.wait_for(layer.receive(channel), timeout=idle)
+                else:
+                    await asyncio.sleep(idle)
+            except TimeoutError:
+                pass
+            quiet += loop.time() - waited
+            if quiet >= 15:
+                quiet = 0.0
+                yield b": keepalive\n\n"
+    finally:
+        if hinted:
+            await layer.group_discard(group, channel)

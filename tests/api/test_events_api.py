@@ -179,6 +179,33 @@ def test_sse_delivers_events_appended_while_connected(server):
         assert live["data"]["operation"] == op.pk
 
 
+def test_sse_is_woken_by_journal_hints_not_by_polling(transactional_db, tmp_path):
+    """With the safety-net poll longer than the stream lives, an event appended while the
+    client is connected still arrives: the journal hint woke the stream."""
+    from tests.conftest import server_start
+
+    srv = server_start(tmp_path, SSE_SAFETY_POLL_SECONDS=3600)
+    try:
+        alice = factories.agent()
+        task = factories.task(alice)
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream(
+                "GET",
+                f"{srv.url}/api/v1/tasks/{task.pk}/events",
+                params={"max_seconds": "40"},
+                headers={**alice.headers, "Accept": "text/event-stream"},
+            ) as response,
+        ):
+            events = _sse(response.iter_lines())
+            assert next(events)["event"] == "task.created"
+            op = factories.operation(alice, task, step="hinted")
+            live = next(events)  # the stream would end (40 s) long before a poll (3600 s)
+            assert live["data"]["operation"] == op.pk
+    finally:
+        srv.stop()
+
+
 def test_sse_for_another_agents_task_is_a_json_404(server):
     alice, bob = factories.agent(), factories.agent()
     task = factories.task(alice)
