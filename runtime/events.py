@@ -62,22 +62,28 @@ def condition_case_sql() -> str:
     )
 
 
-_COND_SQL = condition_case_sql()
-
-# Built once from constants; every value is a bound parameter.
-_TOUCH_SQL = f"""
-UPDATE runtime_task SET
-  event_seq = event_seq + 1,
-  ops_active = ops_active + %(d_active)s,
-  ops_claimable = ops_claimable + %(d_claimable)s,
-  ops_blocked = ops_blocked + %(d_blocked)s,
-  state_version = state_version + CASE WHEN condition <> {_COND_SQL} THEN 1 ELSE 0 END,
-  condition = {_COND_SQL},
-  updated_at = %(now)s
-WHERE id = %(task_id)s
-RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline,
-  ops_active
+def task_touch_sql(task_id_sql: str) -> str:
+    """The journal statement on the task row: the next ``seq``, the counters moved by this
+    transition's deltas, and the condition derived from them. ``task_id_sql`` says which task
+    (a bound parameter, or the operation CTE's task in the hot path). Built once per caller
+    from constants; every value is a bound parameter."""
+    cond = condition_case_sql()
+    return f"""
+  UPDATE runtime_task SET
+    event_seq = event_seq + 1,
+    ops_active = ops_active + %(d_active)s,
+    ops_claimable = ops_claimable + %(d_claimable)s,
+    ops_blocked = ops_blocked + %(d_blocked)s,
+    state_version = state_version + CASE WHEN condition <> {cond} THEN 1 ELSE 0 END,
+    condition = {cond},
+    updated_at = %(now)s
+  WHERE id = {task_id_sql}
+  RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline,
+    ops_active
 """  # noqa: S608
+
+
+_TOUCH_SQL = task_touch_sql("%(task_id)s")
 
 
 def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) -> TaskRow:

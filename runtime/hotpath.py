@@ -27,15 +27,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from runtime.events import TaskRow, condition_case_sql, event_hint
+from runtime.events import TaskRow, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.statemachine import status_deltas
 from runtime.transitions import OPERATION, Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
-
-_COND = condition_case_sql()
 
 
 def _in(statuses: tuple[str, ...] | list[str]) -> str:
@@ -46,19 +44,7 @@ def _in(statuses: tuple[str, ...] | list[str]) -> str:
 # The guarded sources of each statement, from the tables.
 CLAIM_SOURCES = tuple(sorted(OPERATION.sources_of(S.RUNNING) & set(S.CLAIMABLE)))
 
-_TASK_TOUCH = f"""
-  UPDATE runtime_task SET
-    event_seq = event_seq + 1,
-    ops_active = ops_active + %(d_active)s,
-    ops_claimable = ops_claimable + %(d_claimable)s,
-    ops_blocked = ops_blocked + %(d_blocked)s,
-    state_version = state_version + CASE WHEN condition <> {_COND} THEN 1 ELSE 0 END,
-    condition = {_COND},
-    updated_at = %(now)s
-  WHERE id = (SELECT task_id FROM op)
-  RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline,
-    ops_active
-"""  # noqa: S608
+_TASK_TOUCH = task_touch_sql("(SELECT task_id FROM op)")
 
 _EVENT = """
   INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
@@ -111,6 +97,22 @@ def _stopping(task: TaskRow) -> bool:
 
 def _hint_after_commit(task: TaskRow, event_type: str) -> None:
     transaction.on_commit(lambda: event_hint(task.id, task.event_seq, event_type))
+
+
+def _publish_after_commit(
+    outbox_id: int | None, operation_id: str, available_at: datetime, now: datetime
+) -> None:
+    """Hand the outbox row the statement wrote to the relay once it commits."""
+    if outbox_id is None:
+        return
+    message = OutboxMessage(
+        pk=outbox_id,
+        topic="operation.execute",
+        operation_id=operation_id,
+        created_at=now,
+        available_at=available_at,
+    )
+    transaction.on_commit(lambda: outbox_publish([message]))
 
 
 class StoppedUnderLock(Exception):
@@ -313,16 +315,7 @@ def accept_txn(
     if _stopping(task):
         raise StoppedUnderLock
     _hint_after_commit(task, f"operation.{acceptance.edge}")
-    outbox_id = row[len(_TASK_NAMES)]
-    if outbox_id is not None:
-        message = OutboxMessage(
-            pk=outbox_id,
-            topic="operation.execute",
-            operation_id=op.pk,
-            created_at=now,
-            available_at=acceptance.next_attempt_at or now,
-        )
-        transaction.on_commit(lambda: outbox_publish([message]))
+    _publish_after_commit(row[len(_TASK_NAMES)], op.pk, acceptance.next_attempt_at or now, now)
     return task
 
 
@@ -398,14 +391,5 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     op.state_version = 1
     op.created_at = op.updated_at = now
     _hint_after_commit(task, "operation.proposed")
-    outbox_id = row[len(_TASK_NAMES)]
-    if outbox_id is not None:
-        message = OutboxMessage(
-            pk=outbox_id,
-            topic="operation.execute",
-            operation_id=op.pk,
-            created_at=now,
-            available_at=now,
-        )
-        transaction.on_commit(lambda: outbox_publish([message]))
+    _publish_after_commit(row[len(_TASK_NAMES)], op.pk, now, now)
     return task
