@@ -9,7 +9,7 @@ from runtime.models.operations import (
 from runtime.models.outbox import OutboxMessage
 from runtime.models.principals import Agent, ApiToken
 from runtime.models.requests import IdempotentRequest
-from runtime.models.tasks import Attempt, Task
+from runtime.models.tasks import Attempt, Task, TaskCount
 
 __all__ = [
     "Agent",
@@ -24,4 +24,5 @@ __all__ = [
     "RejectedObservation",
     "Resolution",
     "Task",
+    "TaskCount",
 ]

@@ -90,3 +90,22 @@ class Attempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["task", "number"], name="attempt_number_unique")
         ]
+
+
+class TaskCount(models.Model):
+    """How many tasks are in each (condition, outcome), kept by database triggers on the task
+    table (so no code path can forget it), in a few shards per pair so concurrent transitions
+    of different tasks seldom wait on one counter row. The dashboard sums these few rows
+    instead of counting every task on each refresh."""
+
+    condition = models.CharField(max_length=16)
+    outcome = models.CharField(max_length=16, blank=True, default="")  # "" for none yet
+    shard = models.PositiveSmallIntegerField(default=0)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["condition", "outcome", "shard"], name="task_count_unique"
+            )
+        ]

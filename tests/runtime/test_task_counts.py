@@ -1,0 +1,61 @@
+"""The dashboard's counts come from counters the database keeps with every change of a task's
+condition or outcome, whatever path made it: they always equal a recount, and reading them
+never counts the task table."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runtime.cancellation import task_cancel, task_fail
+from runtime.executions import execution_for_agent
+from runtime.leases import Lease, operation_claim
+from runtime.models import Task
+from runtime.operations import Report, operation_report
+from runtime.tasks import task_counts
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def _recount() -> dict[tuple[str, str | None], int]:
+    return dict(Counter(Task.objects.values_list("condition", "outcome")))
+
+
+def test_counters_follow_every_kind_of_change_and_equal_a_recount():
+    owner = factories.agent()
+    tasks = [factories.task(owner, name=f"t{n}") for n in range(5)]
+    assert task_counts() == _recount() == {("runnable", None): 5}
+
+    running = factories.operation(owner, tasks[0], params={"v": 1})
+    lease = operation_claim(running.pk, execution_id=execution_for_agent("w").pk)
+    assert isinstance(lease, Lease)
+    factories.operation(owner, tasks[1], executor="agent")
+    task_cancel(owner.actor, tasks[2].pk, "no")
+    task_fail(owner.actor, tasks[3].pk, "no")
+    assert task_counts() == _recount()
+    assert task_counts()[("running", None)] == 1
+
+    operation_report(
+        running.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="succeeded", result={}),
+        execution_id=None,
+        snapshot=lease.operation,
+    )
+    assert task_counts() == _recount()
+    assert sum(task_counts().values()) == 5
+
+
+def test_reading_the_counts_does_not_count_tasks():
+    owner = factories.agent()
+    factories.task(owner)
+    with CaptureQueriesContext(connection) as ctx:
+        task_counts()
+    tables = [q["sql"] for q in ctx.captured_queries]
+    assert tables and all('"runtime_task"' not in sql for sql in tables), tables
