@@ -72,7 +72,7 @@ def test_child_killed_mid_operation_completes_once_under_a_newer_generation(work
 
 
 def test_hung_worker_loses_its_lease_and_its_late_result_is_rejected(workers):
-    workers.start(count=1, concurrency=2, **FAST)
+    (worker,) = workers.start(count=1, concurrency=2, **FAST)
     workers.start_beat(**FAST)
     owner = factories.agent()
     task = factories.task(owner)
@@ -83,7 +83,7 @@ def test_hung_worker_loses_its_lease_and_its_late_result_is_rejected(workers):
     rejected = wait_for(
         lambda: RejectedObservation.objects.filter(operation=op, kind="stale_completion").first(),
         timeout=120,
-        what="the hung worker's late completion",
+        what=f"the hung worker's late completion:\n{worker.tail()}",
     )
     assert rejected.lease_generation == 1
     op.refresh_from_db()
