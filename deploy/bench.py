@@ -616,14 +616,15 @@ def seed_reads(agent: Agent) -> dict[str, Any]:
 
     from runtime.models import Attempt, Event, Task
 
-    big = READ_EVENTS // 10
     small_tasks = max(1, READ_TASKS - 1)
-    per_small = max(1, (READ_EVENTS - big) // small_tasks)
+    per_small = max(1, READ_EVENTS * 9 // 10 // small_tasks)
+    big = max(1, READ_EVENTS - per_small * small_tasks)  # about a tenth, and the rest
     total = big + per_small * small_tasks
     marker = f"read-seed {READ_TASKS}x{total}"
     seeded = Task.objects.filter(agent_id=agent.actor.agent_id, name=f"{marker} big").first()
     if seeded is None:
         log(f"seeding {total:,} journal events over {READ_TASKS:,} tasks (once)")
+        began = time.perf_counter()
         old = list(Task.objects.filter(agent_id=agent.actor.agent_id).values_list("pk", flat=True))
         with transaction.atomic():
             Task.objects.filter(pk__in=old).update(current_attempt=None)
@@ -682,6 +683,7 @@ def seed_reads(agent: Agent) -> dict[str, Any]:
             cur.execute("ANALYZE runtime_task")
             cur.execute("ANALYZE runtime_attempt")
         seeded = Task.objects.get(agent_id=agent.actor.agent_id, name=f"{marker} big")
+        log(f"seeded in {time.perf_counter() - began:.0f} s")
     small = list(
         Task.objects.filter(agent_id=agent.actor.agent_id, name__startswith=f"{marker} ")
         .exclude(pk=seeded.pk)
