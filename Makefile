@@ -41,8 +41,18 @@ pytest-embedded: install
 
 test: lint typecheck pytest pytest-embedded
 
-bench: install
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) deploy/bench.py
+# The side-by-side benchmark (ours, plain Celery, DBOS, REST, reads) on its own database
+# (agent_console_bench on the same server) and Redis db 3; BENCH_QUICK=1 runs every part small.
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console_bench
+BENCH_REDIS_URL ?= redis://127.0.0.1:6379/3
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
+	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(PY) deploy/bench.py
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

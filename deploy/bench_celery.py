@@ -1,0 +1,36 @@
+"""Plain Celery for `make bench`: a no-op task with `ignore_result`, Celery's defaults otherwise
+(prefork, early acknowledgement, prefetch 4), on the same Redis broker as the durable path.
+
+Results are ignored, so the driver learns that the tasks ran from one Redis INCR per task (about
+a tenth of a millisecond, counted in plain Celery's time, so its figure is a little pessimistic).
+The worker runs as `celery -A bench_celery worker` with deploy/ on the path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import redis
+from celery import Celery
+
+QUEUE = "bench_noop"
+COUNTER = "bench:noop:done"
+
+app = Celery("bench_noop", broker=os.environ["REDIS_URL"])
+app.conf.update(
+    task_ignore_result=True,
+    task_default_queue=QUEUE,
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    broker_connection_retry_on_startup=True,
+)
+
+_redis: redis.Redis | None = None
+
+
+@app.task(name="bench.noop", ignore_result=True)
+def noop() -> None:
+    global _redis
+    if _redis is None:
+        _redis = redis.Redis.from_url(os.environ["REDIS_URL"])
+    _redis.incr(COUNTER)
