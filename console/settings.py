@@ -174,6 +174,17 @@ RETRY_CAP_SECONDS = float(os.environ.get("RETRY_CAP_SECONDS") or 60.0)
 # harmless (the claim is the dedupe), so this only bounds how long a lost worker's message waits.
 BROKER_VISIBILITY_TIMEOUT = _env_int("BROKER_VISIBILITY_TIMEOUT", 300)
 
+# Brute-force limits (runtime/ratelimits.py): attempts per window, per account and per client
+# address, for logins and for failed token authentications. Counted in Redis when REDIS_URL is
+# set, in the database otherwise.
+RATE_WINDOW_SECONDS = _env_int("RATE_WINDOW_SECONDS", 300)
+RATE_LOGIN_PER_ACCOUNT = _env_int("RATE_LOGIN_PER_ACCOUNT", 10)
+RATE_LOGIN_PER_ADDRESS = _env_int("RATE_LOGIN_PER_ADDRESS", 50)
+RATE_TOKEN_PER_ACCOUNT = _env_int("RATE_TOKEN_PER_ACCOUNT", 10)
+RATE_TOKEN_PER_ADDRESS = _env_int("RATE_TOKEN_PER_ADDRESS", 50)
+# How often an open event stream re-checks that its token was not revoked.
+TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
+
 # Demo tools (simulated receivers and fault knobs): on unless production, overridable.
 DEMO_TOOLS = os.environ.get("DEMO_TOOLS", "0" if PRODUCTION else "1") == "1"
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Q
-
 ROLE_OPERATOR = "operator"
 ROLE_SUPPORT = "support"
 ROLE_ADMIN = "admin"
@@ -20,6 +18,8 @@ class Actor:
     agent_id: str | None = None
     user_id: int | None = None
     roles: frozenset[str] = field(default_factory=frozenset)
+    # The API token the request came with, if any: a revoked token ends its open streams.
+    token_id: str | None = None
 
     @property
     def label(self) -> str:
@@ -44,6 +44,14 @@ class Actor:
 
 
 SYSTEM = Actor(kind="system", name="runtime")
+# Journal actors of the machinery itself (an event always names who or what caused it).
+SWEEPER = "system:sweeper"
+SAGA = "system:saga"
+
+
+def execution_actor(execution_id: str | None) -> str:
+    """The journal actor of a worker execution (a process that claimed and ran the work)."""
+    return f"execution:{execution_id}" if execution_id else "system:runtime"
 
 
 def actor_for_agent(agent_id: str, name: str) -> Actor:
@@ -65,15 +73,3 @@ def user_roles(user_id: int) -> frozenset[str]:
 
 def actor_for_user(user_id: int, username: str) -> Actor:
     return Actor(kind="user", name=username, user_id=user_id, roles=user_roles(user_id))
-
-
-def task_scope(actor: Actor, prefix: str = "") -> Q:
-    """The tasks an actor may see: an agent its own; a console role every task; a user without
-    a role only what it created. ``prefix`` applies the rule across a relation ("task__")."""
-    if actor.kind == "agent":
-        return Q(**{f"{prefix}agent_id": actor.agent_id})
-    if actor.kind == "system" or actor.is_console:
-        return Q()
-    if actor.kind == "user":
-        return Q(**{f"{prefix}created_by_id": actor.user_id})
-    return Q(**{f"{prefix}pk__in": []})

@@ -10,25 +10,18 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from runtime.actors import ROLE_ADMIN, Actor
+from runtime.actors import Actor
 from runtime.crashpoints import crash_point
-from runtime.errors import NotAuthorized, TaskRefused
+from runtime.errors import TaskRefused
 from runtime.leases import cancel_requested_txn, operation_settle_txn
 from runtime.models import Operation, Task
+from runtime.policy import can_cancel
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
 S = OperationStatus
 _STOPPABLE = (S.PENDING, S.WAITING_APPROVAL, S.WAITING, S.RETRY_SCHEDULED, S.MANUAL_INTERVENTION)
-
-
-def _authorize(actor: Actor, task: Task) -> None:
-    if actor.kind == "agent" and task.agent_id == actor.agent_id:
-        return
-    if actor.has_role(ROLE_ADMIN):
-        return
-    raise NotAuthorized("only the task's agent or an admin may stop it")
 
 
 def operations_lock_txn(task_id: str) -> list[Operation]:
@@ -75,9 +68,9 @@ def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
     """Request cancellation; acknowledged at once (no new work is admitted or dispatched), and
     quiescent when nothing covered is still running. Repeating it is harmless.
 
-    Preconditions: the actor is the task's agent or an admin."""
+    Preconditions: none; NotAuthorized unless policy.can_cancel."""
     task = task_get(actor, task_id)
-    _authorize(actor, task)
+    can_cancel(actor, task)
     if task.cancellation != Cancellation.NONE:
         return task
     if task.condition == TaskCondition.TERMINAL:
@@ -107,7 +100,7 @@ def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
             event_type="task.cancel_acknowledged",
             actor=actor.label,
         )
-        task_quiesce_txn(task.pk, now=now)
+        task_quiesce_txn(task.pk, now=now, actor=actor.label)
     task.refresh_from_db()
     return task
 
@@ -116,7 +109,7 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
     """The agent gives up: the task ends failed, work not yet started is cancelled, running work
     is asked to stop (and its results kept)."""
     task = task_get(actor, task_id)
-    _authorize(actor, task)
+    can_cancel(actor, task)
     if task.condition == TaskCondition.TERMINAL:
         raise TaskRefused("the task has ended", code="task_terminal")
     now = timezone.now()
@@ -136,14 +129,15 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
             actor=actor.label,
             data={"reason": reason},
         )
-        task_quiesce_txn(task.pk, now=now)
+        task_quiesce_txn(task.pk, now=now, actor=actor.label)
     task.refresh_from_db()
     return task
 
 
-def task_quiesce_txn(task_id: str, *, now: datetime) -> None:
+def task_quiesce_txn(task_id: str, *, now: datetime, actor: str) -> None:
     """Inside the caller's transaction, after any settling: a cancelled task with nothing active
-    becomes quiescent and terminal; an ended task that asked for compensation unwinds."""
+    becomes quiescent and terminal; an ended task that asked for compensation unwinds.
+    ``actor`` is whoever's change let the task come to rest."""
     from runtime.compensation import saga_next_txn, saga_wanted
 
     task = Task.objects.get(pk=task_id)
@@ -156,7 +150,7 @@ def task_quiesce_txn(task_id: str, *, now: datetime) -> None:
             fields={"cancellation": Cancellation.QUIESCENT, "outcome": TaskOutcome.CANCELLED},
             target_condition=TaskCondition.TERMINAL,
             event_type="task.cancelled",
-            actor="system:runtime",
+            actor=actor,
             data={"reason": task.terminal_reason},
         )
     if task.condition == TaskCondition.TERMINAL and saga_wanted(task):

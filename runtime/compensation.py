@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from runtime.actors import SAGA
 from runtime.errors import Conflict
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
@@ -96,7 +97,7 @@ def saga_next_txn(task_id: str, *, now: datetime) -> Operation | None:
     ).order_by("-updated_at", "-created_at")
     for op in candidates:
         if compensable(op):
-            return compensation_start_txn(op, actor="system:saga", now=now)
+            return compensation_start_txn(op, actor=SAGA, now=now)
     return None
 
 
@@ -112,7 +113,7 @@ def operation_and_original_lock_txn(op_id: str, original_id: str | None) -> None
         )
 
 
-def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime) -> None:
+def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime, actor: str) -> None:
     """What an operation's settling sets in motion, in the same transaction: the original of a
     finished compensation is marked compensated; a stopping task reaches quiescence; an unwinding
     task starts its next compensation."""
@@ -123,15 +124,11 @@ def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime) -> None:
         original = Operation.objects.get(pk=op.compensates_id)
         if original.status == S.COMPENSATING:
             task = operation_transition_txn(
-                original,
-                S.COMPENSATED,
-                now=now,
-                actor="system:saga",
-                data={"compensation": op.pk},
+                original, S.COMPENSATED, now=now, actor=actor, data={"compensation": op.pk}
             ).task
     stopping = task.cancellation == "acknowledged" or task.condition == "terminal"
     if stopping and task.ops_active == 0:
-        task_quiesce_txn(task.id, now=now)
+        task_quiesce_txn(task.id, now=now, actor=actor)
 
 
 def saga_wanted(task: Task) -> bool:

@@ -126,7 +126,7 @@ def event_append_txn(
     now: datetime,
     deltas: tuple[int, int, int] = (0, 0, 0),
     operation_id: str | None = None,
-    actor: str = "",
+    actor: str,
     data: dict[str, Any] | None = None,
 ) -> tuple[Event, TaskRow]:
     """Append one event to the task's journal inside the caller's transaction; the hint to live

@@ -176,6 +176,7 @@ def claim_txn(
     expires: datetime,
     token_digest: str,
     supported: list[str],
+    actor: str,
     now: datetime,
 ) -> Operation | None:
     """The common claim in one statement: a due, unstopped, in-deadline, supported operation with
@@ -192,7 +193,7 @@ def claim_txn(
         "supported": supported,
         "now": now,
         "event_type": "operation.claimed",
-        "actor": f"execution:{execution_id}",
+        "actor": actor,
         **_deltas(S.PENDING, S.RUNNING),
     }
     params["event_data"] = Jsonb({"to": S.RUNNING, "status": S.RUNNING, "execution": execution_id})

@@ -25,3 +25,39 @@ def key_compensation(original_key: str, compensating_tool: str, compensation_ver
 def key_notification(task_id: str, kind: str, recipient: str, version: int) -> str:
     """A notification: instance + notification type + recipient target + version."""
     return f"{task_id}:notify:{kind}:{recipient}:v{version}"
+
+
+# --- namespaces ---------------------------------------------------------------------------
+# Keys leave the system (receivers dedupe by them), so a key is prefixed by the owner of the
+# task it belongs to: one agent can neither read, replay nor squat another's keys at a
+# receiver. The operation's stored ``idempotency_key`` is the namespaced key; adapters pass it
+# unchanged.
+
+NAMESPACE_SEPARATOR = "/"
+_NAMESPACE_KINDS = ("agt_", "usr_", "sys_")
+
+
+def key_namespace(*, agent_id: str | None, user_id: int | None) -> str:
+    """The namespace of a task's keys: its agent's, or the creating user's for a user's task."""
+    if agent_id:
+        return agent_id
+    if user_id is not None:
+        return f"usr_{user_id}"
+    return "sys_runtime"
+
+
+def key_in_namespace(namespace: str, key: str) -> str:
+    """``key`` inside ``namespace``. A key already inside it (one read back from an operation)
+    is kept as it is; a key inside another namespace raises ValueError."""
+    head, sep, _ = key.partition(NAMESPACE_SEPARATOR)
+    if sep and head == namespace:
+        return key
+    if sep and head.startswith(_NAMESPACE_KINDS):
+        raise ValueError("the key is inside another owner's namespace")
+    return f"{namespace}{NAMESPACE_SEPARATOR}{key}"
+
+
+def key_namespace_of(key: str) -> str:
+    """The namespace a namespaced key lives in ("" for a key without one)."""
+    head, sep, _ = key.partition(NAMESPACE_SEPARATOR)
+    return head if sep else ""

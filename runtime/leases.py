@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runtime import hotpath
+from runtime.actors import SWEEPER, execution_actor
 from runtime.crashpoints import crash_point
 from runtime.errors import NotClaimable, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
@@ -89,6 +90,7 @@ def operation_claim(
     *,
     execution_id: str,
     executor: str = Operation.EXECUTOR_WORKER,
+    actor: str | None = None,
     now: datetime | None = None,
 ) -> Lease | Refusal:
     """Claim a claimable operation for ``execution_id``; a Refusal when there is nothing to claim
@@ -98,17 +100,25 @@ def operation_claim(
     commits while the claim waits for that lock still wins.
 
     Preconditions: none; safe to call any number of times concurrently (exactly one wins).
+    ``actor`` names the claimant in the journal (default: the execution).
     """
     now = now or timezone.now()
+    actor = actor or execution_actor(execution_id)
     try:
         with transaction.atomic():
             if hotpath.enabled():
                 lease = _claim_fast_txn(
-                    operation_id, execution_id=execution_id, executor=executor, now=now
+                    operation_id,
+                    execution_id=execution_id,
+                    executor=executor,
+                    actor=actor,
+                    now=now,
                 )
                 if lease is not None:
                     return lease
-            return _claim_txn(operation_id, execution_id=execution_id, executor=executor, now=now)
+            return _claim_txn(
+                operation_id, execution_id=execution_id, executor=executor, actor=actor, now=now
+            )
     except (_StoppedUnderLock, hotpath.StoppedUnderLock):
         pass
     # The claim rolled back; settle the work for the stop in a transaction of its own.
@@ -117,7 +127,7 @@ def operation_claim(
         if op is None or op.status not in S.CLAIMABLE:
             return Refusal("the task stopped")
         reason = _stop_reason(op.task)
-        return _settle_or_refuse(op, S.CANCELLED, now=now, reason=reason)
+        return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=reason)
 
 
 def _supported_tools() -> list[str]:
@@ -125,7 +135,7 @@ def _supported_tools() -> list[str]:
 
 
 def _claim_fast_txn(
-    operation_id: str, *, execution_id: str, executor: str, now: datetime
+    operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | None:
     """The common claim as one statement (PostgreSQL); None leaves it to the general path."""
     token = secrets.token_urlsafe(32)
@@ -137,6 +147,7 @@ def _claim_fast_txn(
         expires=expires,
         token_digest=lease_token_digest(token),
         supported=_supported_tools() if executor == Operation.EXECUTOR_WORKER else [],
+        actor=actor,
         now=now,
     )
     if op is None:
@@ -145,10 +156,16 @@ def _claim_fast_txn(
 
 
 def _settle_or_refuse(
-    op: Operation, target: str, *, now: datetime, reason: str, fields: dict[str, Any] | None = None
+    op: Operation,
+    target: str,
+    *,
+    now: datetime,
+    actor: str,
+    reason: str,
+    fields: dict[str, Any] | None = None,
 ) -> Refusal:
     try:
-        operation_settle_txn(op, target, now=now, reason=reason, fields=fields)
+        operation_settle_txn(op, target, now=now, actor=actor, reason=reason, fields=fields)
     except TransitionRejected:
         # Another claimant (or a cancel) moved the operation first: nothing for this one.
         return Refusal("another claimant won")
@@ -156,7 +173,7 @@ def _settle_or_refuse(
 
 
 def _claim_txn(
-    operation_id: str, *, execution_id: str, executor: str, now: datetime
+    operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | Refusal:
     op = Operation.objects.select_related("task").filter(pk=operation_id).first()
     if op is None:
@@ -171,11 +188,11 @@ def _claim_txn(
     task = op.task
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
-        return _settle_or_refuse(op, S.CANCELLED, now=now, reason=_stop_reason(task))
+        return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=_stop_reason(task))
     deadline = op.deadline or task.deadline
     if deadline is not None and now >= deadline and not cleanup:
         reason = "the deadline passed before the work could start"
-        return _settle_or_refuse(op, S.EXPIRED, now=now, reason=reason)
+        return _settle_or_refuse(op, S.EXPIRED, now=now, actor=actor, reason=reason)
     if executor == Operation.EXECUTOR_WORKER:
         adapter = adapters().get(op.tool)
         if adapter is None or not adapter.supports(op.tool_version):
@@ -184,12 +201,13 @@ def _claim_txn(
                 f"worker does not support"
                 + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
             )
-            return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, reason=reason)
+            return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=reason)
     if op.attempts_used >= op.max_attempts:
         return _settle_or_refuse(
             op,
             S.UNRESOLVED if cleanup else S.FAILED,
             now=now,
+            actor=actor,
             reason="attempts exhausted",
             fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
         )
@@ -213,7 +231,7 @@ def _claim_txn(
                 "status_reason": "",
                 "cancel_requested": False,
             },
-            actor=f"execution:{execution_id}",
+            actor=actor,
             data={"lease_generation": generation, "execution": execution_id, "attempt": number},
         )
     except TransitionRejected:
@@ -239,7 +257,7 @@ def operation_settle_txn(
     *,
     now: datetime,
     reason: str,
-    actor: str = "system:runtime",
+    actor: str,
     fields: dict[str, Any] | None = None,
 ) -> None:
     """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
@@ -256,7 +274,7 @@ def operation_settle_txn(
         data={"reason": reason},
     )
     outbox_consume_txn(op.pk)
-    after_settle_txn(op, transitioned.task, now=now)
+    after_settle_txn(op, transitioned.task, now=now, actor=actor)
 
 
 def lease_heartbeat(
@@ -336,10 +354,10 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                     op,
                     target,
                     now=now,
+                    actor=SWEEPER,
                     fields={"lease_expires_at": None, "status_reason": reason},
                     lease_generation=generation,
                     where={"lease_expires_at__lt": now},
-                    actor="system:sweeper",
                     data={"lease_generation": generation, "reason": reason},
                     event_type="operation.lease_expired",
                 )
@@ -353,7 +371,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             elif target != S.PENDING:
                 from runtime.compensation import after_settle_txn
 
-                after_settle_txn(op, transitioned.task, now=now)
+                after_settle_txn(op, transitioned.task, now=now, actor=SWEEPER)
             taken += 1
     return taken
 
@@ -388,10 +406,12 @@ def claim_refused_record(operation_id: str, execution_id: str, reason: str) -> N
     )
 
 
-def agent_claim(operation_id: str, execution_id: str) -> Lease:
-    """An agent's claim of an agent-executed operation; NotClaimable when it cannot be had."""
+def agent_claim(operation_id: str, execution_id: str, *, actor: str) -> Lease:
+    """An agent's claim of an agent-executed operation; NotClaimable when it cannot be had.
+
+    Preconditions: policy.can_claim allowed ``actor`` (the task's agent) to claim it."""
     lease = operation_claim(
-        operation_id, execution_id=execution_id, executor=Operation.EXECUTOR_AGENT
+        operation_id, execution_id=execution_id, executor=Operation.EXECUTOR_AGENT, actor=actor
     )
     if isinstance(lease, Refusal):
         if lease.operation_exists:

@@ -19,21 +19,24 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from runtime import hotpath
-from runtime.actors import Actor, task_scope
+from runtime.actors import Actor, execution_actor
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
+    NotAuthorized,
     NotFound,
     RequestInProgress,
     StaleLease,
 )
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
+from runtime.keys import key_in_namespace, key_namespace
 from runtime.leases import lease_token_digest, lease_token_matches, task_stopping
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.policy import can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
@@ -85,17 +88,23 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
 
     The same idempotency key (given, or derived from task, step, tool and intent version) with the
     same parameter hash returns the existing operation; with another hash it is a conflict.
-    Preconditions: the actor may see the task. Admission (cancelled, paused, terminal,
-    deadline) is checked under the task's row lock, so it cannot race a cancellation.
+    Preconditions: none; NotFound when the actor may not see the task, NotAuthorized when it
+    may see but not propose into it (policy.can_propose). The key is namespaced by the task's
+    owner (runtime/keys.py); a given key inside another owner's namespace is refused.
+    Admission (cancelled, paused, terminal, deadline) is checked under the task's row lock, so
+    it cannot race a cancellation.
     """
     _validate(spec)
     task = Task.objects.filter(task_scope(actor), pk=task_id).first()
     if task is None:
         raise NotFound("no such task")
+    can_propose(actor, task)
     adapter = adapter_for(spec.tool)
     adapter.validate(spec.params)
-    key = spec.idempotency_key or adapter.key_for(
-        task.pk, spec.step, spec.params, spec.intent_version
+    key = operation_key(
+        task,
+        spec.idempotency_key
+        or adapter.key_for(task.pk, spec.step, spec.params, spec.intent_version),
     )
     digest = params_hash(spec.params)
 
@@ -170,6 +179,18 @@ def _admit(row: TaskRow, now: datetime) -> None:
         deadline=row.deadline,
         now=now,
     )
+
+
+def operation_key(task: Task, key: str) -> str:
+    """The key an operation of ``task`` is stored and invoked under: inside its owner's
+    namespace. NotAuthorized for a key inside another owner's namespace."""
+    namespace = key_namespace(agent_id=task.agent_id, user_id=task.created_by_id)
+    try:
+        return key_in_namespace(namespace, key)
+    except ValueError:
+        raise NotAuthorized(
+            "idempotency_key is inside another owner's namespace", code="key_outside_namespace"
+        ) from None
 
 
 def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:
@@ -255,6 +276,7 @@ def operation_report(
     report: Report,
     execution_id: str | None,
     snapshot: Operation | None = None,
+    actor: str | None = None,
     now: datetime | None = None,
     rng: random.Random | None = None,
 ) -> Operation:
@@ -264,10 +286,12 @@ def operation_report(
     claim's ``lease_token``) and read it at ``state_version``; ``snapshot``, when given, is the
     operation as that claim left it (the worker's copy: the common case then needs no read);
     no transaction is open. A stale, duplicate or forged report raises StaleLease after
-    recording the rejected observation; nothing is changed.
+    recording the rejected observation; nothing is changed. ``actor`` names the reporter in the
+    journal (default: the execution).
     """
     now = now or timezone.now()
     rng = rng or random.Random()
+    actor = actor or execution_actor(execution_id)
     try:
         try:
             with transaction.atomic():
@@ -278,19 +302,35 @@ def operation_report(
                     and snapshot.state_version == state_version
                     and snapshot.compensates_id is None
                 ):
-                    accepted = _accept_fast_txn(snapshot, report, lease_token, now=now, rng=rng)
+                    accepted = _accept_fast_txn(
+                        snapshot, report, lease_token, now=now, actor=actor, rng=rng
+                    )
                     if accepted is not None:
                         crash_point("report.before_commit")
                         return accepted
                 op = _report_general_txn(
-                    operation_id, lease_generation, lease_token, state_version, report, now, rng
+                    operation_id,
+                    lease_generation,
+                    lease_token,
+                    state_version,
+                    report,
+                    now,
+                    rng,
+                    actor,
                 )
         except hotpath.StoppedUnderLock:
             # A stop won the task row while the statement waited: the general path settles
             # the report for the stopping task.
             with transaction.atomic():
                 op = _report_general_txn(
-                    operation_id, lease_generation, lease_token, state_version, report, now, rng
+                    operation_id,
+                    lease_generation,
+                    lease_token,
+                    state_version,
+                    report,
+                    now,
+                    rng,
+                    actor,
                 )
     except StaleLease as exc:
         rejection_record(
@@ -299,6 +339,7 @@ def operation_report(
             lease_generation=lease_generation,
             state_version=state_version,
             execution_id=execution_id,
+            actor=actor,
             detail={"outcome": report.outcome, "reason": str(exc)},
         )
         raise
@@ -313,6 +354,7 @@ def _report_general_txn(
     report: Report,
     now: datetime,
     rng: random.Random,
+    actor: str,
 ) -> Operation:
     head = Operation.objects.filter(pk=operation_id).values("compensates_id").first()
     if head is None:
@@ -329,13 +371,19 @@ def _report_general_txn(
             "the lease is not the current one (generation, token or state version)",
             operation=operation_id,
         )
-    _apply_report_txn(op, report, now=now, rng=rng)
+    _apply_report_txn(op, report, now=now, actor=actor, rng=rng)
     crash_point("report.before_commit")
     return op
 
 
 def _accept_fast_txn(
-    snapshot: Operation, report: Report, lease_token: str, *, now: datetime, rng: random.Random
+    snapshot: Operation,
+    report: Report,
+    lease_token: str,
+    *,
+    now: datetime,
+    actor: str,
+    rng: random.Random,
 ) -> Operation | None:
     """The common acceptance as one statement (PostgreSQL); None leaves it to the general path.
     The decision is made from the claim's snapshot, which the statement's guard (status,
@@ -349,7 +397,7 @@ def _accept_fast_txn(
         snapshot,
         lease_token_digest=lease_token_digest(lease_token),
         acceptance=decision,
-        actor=f"execution:{snapshot.execution_id}" if snapshot.execution_id else "unknown",
+        actor=actor,
         now=now,
     )
     if accepted is None:
@@ -462,7 +510,9 @@ def report_decision(
     )
 
 
-def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: random.Random) -> None:
+def _apply_report_txn(
+    op: Operation, report: Report, *, now: datetime, actor: str, rng: random.Random
+) -> None:
     """The general acceptance: the decision applied through the guarded writer with everything
     that must commit with it (invocation receipt, journal event, next outbox row, and what the
     settling sets in motion: saga steps, a stopping task's quiescence)."""
@@ -492,7 +542,7 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         now=now,
         fields=fields,
         lease_generation=generation,
-        actor=f"execution:{op.execution_id}" if op.execution_id else "unknown",
+        actor=actor,
         data=decision.data,
     )
     Invocation.objects.filter(operation=op, lease_generation=generation).update(
@@ -509,11 +559,11 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
             now=now,
             available_at=decision.next_attempt_at,
         )
-    compensation.after_settle_txn(op, transitioned.task, now=now)
+    compensation.after_settle_txn(op, transitioned.task, now=now, actor=actor)
 
 
 def agent_report(
-    op: Operation, *, lease_generation: int, lease_token: str, report: Report
+    op: Operation, *, lease_generation: int, lease_token: str, report: Report, actor: str
 ) -> Operation:
     """An agent's completion of an operation it claimed. A repeat of a completion that was
     already accepted under the same claim returns the operation unchanged; any other report
@@ -539,6 +589,7 @@ def agent_report(
         state_version=current.state_version,
         report=report,
         execution_id=current.execution_id,
+        actor=actor,
     )
     return Operation.objects.get(pk=op.pk)
 

@@ -4,23 +4,23 @@ once: one wins, the other is refused) and is audited with actor, evidence and ti
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from runtime.actors import ROLE_SUPPORT, Actor, task_scope, user_roles
+from runtime.actors import Actor
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
-from runtime.errors import Conflict, InvalidInput, NotAuthorized, TaskRefused, TransitionRejected
+from runtime.errors import Conflict, InvalidInput, TaskRefused, TransitionRejected
 from runtime.executor import invocation_context
 from runtime.leases import task_stopping
 from runtime.models import Invocation, Operation, Resolution
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.policy import can_resolve, task_scope
 from runtime.statemachine import operation_transition_txn
 from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
@@ -51,17 +51,6 @@ class ResolutionNotAllowed(Conflict):
     code = "resolution_not_allowed"
 
 
-def _authorize(actor: Actor) -> None:
-    # Rechecked from the database, not from the session's cached roles.
-    current = (
-        replace(actor, roles=user_roles(actor.user_id))
-        if actor.kind == "user" and actor.user_id is not None
-        else None
-    )
-    if current is None or not current.has_role(ROLE_SUPPORT):
-        raise NotAuthorized("only support staff may resolve operations")
-
-
 def resolutions_allowed(op: Operation) -> tuple[str, ...]:
     """What a person may do with this unresolved operation, by its receiver's contract."""
     from runtime.compensation import compensable
@@ -84,7 +73,7 @@ def operation_resolve(
     person looked at. Raises TransitionRejected (409 state_version_mismatch) when someone else
     changed it first, ResolutionNotAllowed where the contract forbids the resolution.
     """
-    _authorize(actor)
+    can_resolve(actor)
     if resolution not in RESOLUTIONS:
         raise InvalidInput(f"resolution must be one of {', '.join(RESOLUTIONS)}")
     evidence = (evidence or "").strip()
@@ -172,10 +161,10 @@ def operation_resolve(
         if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
             outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
         if op.compensates_id:
-            _settle_original_txn(op, target, now)
+            _settle_original_txn(op, target, now, actor.label)
         from runtime.compensation import after_settle_txn
 
-        after_settle_txn(op, transitioned.task, now=now)
+        after_settle_txn(op, transitioned.task, now=now, actor=actor.label)
     op.refresh_from_db()
     return op
 
@@ -199,7 +188,7 @@ def _lookup_invocation_txn(op: Operation, looked_up: Any, now: Any) -> None:
     )
 
 
-def _settle_original_txn(compensation: Operation, target: str, now: Any) -> None:
+def _settle_original_txn(compensation: Operation, target: str, now: Any, actor: str) -> None:
     """A person settled a compensation: its original is compensated, or stays with a person."""
     original = Operation.objects.get(pk=compensation.compensates_id)
     if original.status != S.COMPENSATING:
@@ -209,8 +198,8 @@ def _settle_original_txn(compensation: Operation, target: str, now: Any) -> None
             original,
             S.UNRESOLVED,
             now=now,
+            actor=actor,
             fields={"status_reason": "its compensation had no effect"},
-            actor="system:saga",
             data={"compensation": compensation.pk},
         )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db.models import F
 
+from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
@@ -58,7 +59,7 @@ def operation_transition_txn(
     fields: dict[str, Any] | None = None,
     lease_generation: int | None = None,
     where: dict[str, Any] | None = None,
-    actor: str = "",
+    actor: str,
     data: dict[str, Any] | None = None,
     event_type: str | None = None,
 ) -> Transitioned:
@@ -121,7 +122,7 @@ def task_transition_txn(
     fields: dict[str, Any],
     event_type: str,
     target_condition: str | None = None,
-    actor: str = "",
+    actor: str,
     data: dict[str, Any] | None = None,
 ) -> Transitioned:
     """Change a task's own fields (condition, outcome, cancellation, pause) under its state
@@ -183,7 +184,7 @@ def rejection_record(
                     state_version=op.state_version,
                     now=timezone.now(),
                     operation_id=operation_id,
-                    actor=actor or (f"execution:{execution_id}" if execution_id else "unknown"),
+                    actor=actor or execution_actor(execution_id),
                     data={"lease_generation": lease_generation, "reason": "stale report refused"},
                 )
     return rejected

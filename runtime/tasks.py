@@ -10,10 +10,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from runtime.actors import Actor, task_scope
+from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Task
+from runtime.policy import can_create_task, task_scope
 from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
@@ -35,6 +36,7 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
     Preconditions: ``spec`` was parsed by the transport (types checked); domain limits are
     checked here.
     """
+    can_create_task(actor)
     name = spec.name.strip()
     if not name:
         raise InvalidInput("name must not be empty")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -14,9 +16,12 @@ from django.utils import timezone
 
 from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.errors import InvalidInput, NotAuthenticated
-from runtime.models import Agent, ApiToken
+from runtime.models import Agent, ApiToken, AuditRecord
+from runtime.ratelimits import attempt_begin, attempt_succeeded, token_limits
 
 TOKEN_PREFIX = "ac"
+CLI = "system:cli"  # tokens issued or revoked from a shell (manage.py)
+LAST_USED_GRANULARITY = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -34,34 +39,73 @@ def _new_secret() -> tuple[str, str]:
     return prefix, f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
 
 
-def token_issue_for_agent(agent_name: str, token_name: str | None = None) -> IssuedToken:
+def _audit_txn(*, actor: str, action: str, token: ApiToken, **detail: Any) -> None:
+    AuditRecord.objects.create(
+        at=timezone.now(),
+        actor=actor,
+        action=action,
+        subject=f"token:{token.pk}",
+        detail={"name": token.name, "prefix": token.prefix, **detail},
+    )
+
+
+def token_issue_for_agent(
+    agent_name: str, token_name: str | None = None, *, issued_by: str = CLI
+) -> IssuedToken:
+    """A new token acting as agent ``agent_name`` (created when new); audited.
+
+    Preconditions: the caller decided ``issued_by`` may issue tokens (the console asks
+    policy.can_manage_tokens; the shell is trusted)."""
     name = agent_name.strip()
-    if not name:
-        raise InvalidInput("an agent needs a name")
+    if not name or len(name) > 200:
+        raise InvalidInput("an agent needs a name of 1 to 200 characters")
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name)
         prefix, secret = _new_secret()
         token = ApiToken.objects.create(
-            name=token_name or name, prefix=prefix, digest=_digest(secret), agent=agent
+            name=(token_name or name)[:200],
+            prefix=prefix,
+            digest=_digest(secret),
+            agent=agent,
+            created_by=issued_by,
         )
+        _audit_txn(actor=issued_by, action="token.issued", token=token, acts_as=f"agent:{name}")
     return IssuedToken(token, secret)
 
 
-def token_issue_for_user(username: str, token_name: str | None = None) -> IssuedToken:
+def token_issue_for_user(
+    username: str, token_name: str | None = None, *, issued_by: str = CLI
+) -> IssuedToken:
+    """A new token acting as console user ``username`` with that user's role; audited.
+    Preconditions as for ``token_issue_for_agent``."""
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}")
-    prefix, secret = _new_secret()
-    token = ApiToken.objects.create(
-        name=token_name or f"{username} script", prefix=prefix, digest=_digest(secret), user=user
-    )
+    with transaction.atomic():
+        prefix, secret = _new_secret()
+        token = ApiToken.objects.create(
+            name=(token_name or f"{username} script")[:200],
+            prefix=prefix,
+            digest=_digest(secret),
+            user=user,
+            created_by=issued_by,
+        )
+        _audit_txn(actor=issued_by, action="token.issued", token=token, acts_as=f"user:{username}")
     return IssuedToken(token, secret)
 
 
-def token_authenticate(raw: str) -> Actor:
-    """The actor a presented token stands for; NotAuthenticated for anything else."""
+def token_authenticate(raw: str, *, address: str | None = None) -> Actor:
+    """The actor a presented token stands for; NotAuthenticated for anything else. With the
+    client's ``address``, failed attempts are limited per token prefix and per address
+    (RateLimited, 429) before the digest is even compared."""
     parts = raw.split("_", 2)
-    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+    well_formed = len(parts) == 3 and parts[0] == TOKEN_PREFIX
+    held = None
+    if address is not None:
+        per_account, per_address = token_limits()
+        subject = parts[1][:16] if well_formed else "malformed"
+        held = attempt_begin([(per_account, subject), (per_address, address)])
+    if not well_formed:
         raise NotAuthenticated("invalid token")
     token = (
         ApiToken.objects.select_related("agent", "user")
@@ -70,18 +114,42 @@ def token_authenticate(raw: str) -> Actor:
     )
     if token is None or not hmac.compare_digest(token.digest, _digest(raw)):
         raise NotAuthenticated("invalid token")
-    if token.agent is not None:
-        return actor_for_agent(token.agent.pk, token.agent.name)
-    assert token.user is not None
-    if not token.user.is_active:
+    if token.user is not None and not token.user.is_active:
         raise NotAuthenticated("invalid token")
-    return actor_for_user(token.user.pk, token.user.get_username())
+    if held is not None:
+        attempt_succeeded(held)
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY:
+        # Coarse on purpose: one write a minute per token, not one per request.
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    if token.agent is not None:
+        return replace(actor_for_agent(token.agent.pk, token.agent.name), token_id=token.pk)
+    assert token.user is not None
+    actor = actor_for_user(token.user.pk, token.user.get_username())
+    return replace(actor, token_id=token.pk)
 
 
-def token_revoke(token_id: str) -> bool:
-    return (
-        ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
+def token_is_live(token_id: str) -> bool:
+    """Whether the token still works (open streams re-check this and end when it does not)."""
+    return ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).exists()
+
+
+def token_revoke(token_id: str, *, revoked_by: str = CLI) -> bool:
+    """Revoke a token: its next request fails, its open streams end. Audited; False when it
+    was already revoked or never existed. Preconditions as for ``token_issue_for_agent``."""
+    with transaction.atomic():
+        touched = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_by=revoked_by
         )
-        == 1
+        if touched:
+            _audit_txn(
+                actor=revoked_by, action="token.revoked", token=ApiToken.objects.get(pk=token_id)
+            )
+    return touched == 1
+
+
+def token_list(limit: int = 500) -> list[ApiToken]:
+    """Every token, newest first, with what it acts as (for the admins' page)."""
+    return list(
+        ApiToken.objects.select_related("agent", "user").order_by("-created_at", "-id")[:limit]
     )

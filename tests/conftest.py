@@ -381,3 +381,23 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         yield instance
     finally:
         instance.stop()
+
+
+def rate_limits_clear() -> None:
+    """Forget the brute-force counters (Redis keys; database rows roll back with the test)."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match="ratelimit:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def _rate_limit_counters() -> Iterator[None]:
+    # Failed logins and tokens of one test must not use up the next test's attempts.
+    rate_limits_clear()
+    yield

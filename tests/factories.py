@@ -29,6 +29,12 @@ class Principal:
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
         return client
 
+    def actor_user(self) -> Any:
+        """The Django user behind a console principal (for session logins)."""
+        from django.contrib.auth import get_user_model
+
+        return get_user_model().objects.get(pk=self.actor.user_id)
+
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}

@@ -42,7 +42,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if not raw:
             raise exceptions.AuthenticationFailed("empty bearer token")
         try:
-            actor = token_authenticate(raw)
+            actor = token_authenticate(raw, address=client_address(request))
         except NotAuthenticated as exc:
             raise exceptions.AuthenticationFailed(str(exc)) from None
         return TokenPrincipal(actor), actor
@@ -59,6 +59,11 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer"}
+
+
+def client_address(request: Any) -> str:
+    """The peer's address as the server saw it (no forwarded header: a client can forge one)."""
+    return str(request.META.get("REMOTE_ADDR") or "unknown")[:64]
 
 
 def actor_of(request: Request) -> Actor:

@@ -13,9 +13,8 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.serializers import Int, Text, parse
 from console.api.views import ApiView, operation_body, task_body
-from runtime import cancellation, resolutions
+from runtime import cancellation, policy, resolutions
 from runtime.errors import NotFound, NotImplementedRoute
-from runtime.models import Operation
 
 JSON = OpenApiTypes.OBJECT
 
@@ -76,12 +75,8 @@ class ReceiverEffects(ApiView):
         if not settings.DEMO_TOOLS or receiver not in RECEIVERS:
             raise NotFound("no such receiver")
         key = request.query_params.get("key") or ""
-        actor = actor_of(request)
-        if not actor.is_console:
-            # An agent may read only what was committed under keys of its own operations.
-            visible = Operation.objects.filter(idempotency_key=key, task__agent_id=actor.agent_id)
-            if actor.kind != "agent" or not key or not visible.exists():
-                raise NotFound("no such key")
+        # Authorised through the operation that owns the key (404 for anyone else's key).
+        policy.effects_visible(actor_of(request), key)
         return Response({"receiver": receiver, "key": key, "effects": effects_under(receiver, key)})
 
 

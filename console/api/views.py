@@ -22,10 +22,11 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import leases, operations, tasks
-from runtime.errors import InvalidInput, NotAuthorized, StaleLease
+from runtime import leases, operations, policy, tasks
+from runtime.errors import InvalidInput, StaleLease
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
+from runtime.tokens import token_is_live
 
 JSON = OpenApiTypes.OBJECT
 
@@ -198,8 +199,7 @@ class OperationDetail(ApiView):
 def _agent_operation(request: Request, operation_id: str) -> Operation:
     actor = actor_of(request)
     op = operations.operation_get(actor, operation_id)
-    if actor.kind != "agent" and not actor.is_console:
-        raise NotAuthorized("only the task's agent may run its operations")
+    policy.can_claim(actor, op)
     return op
 
 
@@ -216,7 +216,7 @@ class OperationClaim(ApiView):
     def post(self, request: Request, operation_id: str) -> Response:
         _agent_operation(request, operation_id)
         execution = execution_for_agent(actor_of(request).name)
-        lease = leases.agent_claim(operation_id, execution.pk)
+        lease = leases.agent_claim(operation_id, execution.pk, actor=actor_of(request).label)
         return Response(
             {
                 "lease_generation": lease.lease_generation,
@@ -252,6 +252,7 @@ class OperationComplete(ApiView):
             raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")
         accepted = operations.agent_report(
             op,
+            actor=actor_of(request).label,
             lease_generation=data["lease_generation"],
             lease_token=data["lease_token"],
             report=operations.Report(
@@ -288,13 +289,19 @@ class TaskEvents(ApiView):
         responses={200: JSON},
     )
     def get(self, request: Request, task_id: str) -> Any:
-        tasks.task_get(actor_of(request), task_id)
+        actor = actor_of(request)
+        tasks.task_get(actor, task_id)
         accept = request.headers.get("Accept", "")
         raw_after = request.headers.get("Last-Event-ID") or request.query_params.get("after")
         after = _cursor_int(raw_after)
         if "text/event-stream" in accept:
             response = StreamingHttpResponse(
-                _sse(task_id, after, _float(request.query_params.get("max_seconds"), 3600.0)),
+                _sse(
+                    task_id,
+                    after,
+                    _float(request.query_params.get("max_seconds"), 3600.0),
+                    token_id=actor.token_id,
+                ),
                 content_type="text/event-stream",
             )
             response["Cache-Control"] = "no-cache"
@@ -328,11 +335,14 @@ def _float(raw: str | None, default: float) -> float:
         raise InvalidInput("max_seconds must be a number") from None
 
 
-async def _sse(task_id: str, after: int, max_seconds: float) -> AsyncIterator[bytes]:
+async def _sse(
+    task_id: str, after: int, max_seconds: float, *, token_id: str | None = None
+) -> AsyncIterator[bytes]:
     """Server-sent events from the journal, resuming strictly after ``after``. Woken by the same
     journal hints as the websockets (services mode); the hints are lossy, so the journal is also
     read on a slow timer as a safety net (and on a quick one in embedded mode, where hints do not
-    cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID."""
+    cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID, and
+    within TOKEN_RECHECK_SECONDS of its token being revoked."""
     import json
 
     from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -345,13 +355,23 @@ async def _sse(task_id: str, after: int, max_seconds: float) -> AsyncIterator[by
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
     idle = float(settings.SSE_SAFETY_POLL_SECONDS) if hinted else 0.25
+    if token_id is not None:
+        # A revoked token's stream must notice within the recheck period, hints or not.
+        idle = min(idle, float(settings.TOKEN_RECHECK_SECONDS))
     loop = asyncio.get_running_loop()
     started = loop.time()
+    checked = started
     last = after
     quiet = 0.0
     try:
         yield b"retry: 1000\n\n"
         while loop.time() - started < max_seconds:
+            if token_id is not None and loop.time() - checked >= settings.TOKEN_RECHECK_SECONDS:
+                checked = loop.time()
+                if not await sync_to_async(token_is_live)(token_id):
+                    revoked = {"error": {"code": "not_authenticated", "message": "token revoked"}}
+                    yield f"event: error\ndata: {json.dumps(revoked)}\n\n".encode()
+                    return
             rows = await sync_to_async(journal.events_after)(task_id, last, 200)
             for event in rows:
                 body = json.dumps(s.event_out(event), separators=(",", ":"))

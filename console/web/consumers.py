@@ -25,6 +25,7 @@ from django.contrib.auth import SESSION_KEY
 
 from console.api.serializers import event_out
 from runtime import events as journal
+from runtime import policy
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import NotFound
 from runtime.tasks import task_get
@@ -67,7 +68,7 @@ def _authority(user_id: int, username: str, session_key: str | None) -> int | No
     """The close code this user's socket deserves now, or None while it may stay open."""
     if _session_user_id(session_key) != str(user_id):
         return CLOSE_UNAUTHORIZED
-    if not actor_for_user(user_id, username).is_console:
+    if not policy.allowed(policy.can_use_console, actor_for_user(user_id, username)):
         return CLOSE_FORBIDDEN
     return None
 
@@ -87,7 +88,7 @@ class _Follower(AsyncJsonWebsocketConsumer):
             await self._refuse(CLOSE_UNAUTHORIZED)
             return None
         actor = await database_sync_to_async(actor_for_user)(user.pk, user.get_username())
-        if not actor.is_console:
+        if not policy.allowed(policy.can_use_console, actor):
             await self._refuse(CLOSE_FORBIDDEN)
             return None
         self.actor = actor

@@ -2,22 +2,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest
 
-from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, user_roles
+from runtime import policy
+from runtime.actors import actor_for_user
 
 
 def console_context(request: HttpRequest) -> dict[str, Any]:
+    """What the navigation shows; each flag asks the policy (the views check again)."""
     user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
+    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
+        # Anonymous, or an API token principal on a page DRF renders (the API docs).
         return {"roles": frozenset()}
-    roles = getattr(request, "_console_roles", None)
-    if roles is None:
-        roles = user_roles(user.pk)
-        request._console_roles = roles  # type: ignore[attr-defined]
+    actor = getattr(request, "_console_nav_actor", None)
+    if actor is None:
+        actor = actor_for_user(user.pk, user.get_username())
+        request._console_nav_actor = actor  # type: ignore[attr-defined]
     return {
-        "roles": roles,
-        "is_operator": ROLE_OPERATOR in roles or ROLE_ADMIN in roles,
-        "is_support": ROLE_SUPPORT in roles or ROLE_ADMIN in roles,
-        "is_admin": ROLE_ADMIN in roles,
+        "roles": actor.roles,
+        "is_operator": actor.has_role("operator"),
+        "is_support": policy.allowed(policy.can_resolve, actor),
+        "is_admin": policy.allowed(policy.can_manage_tokens, actor),
     }

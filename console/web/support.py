@@ -12,9 +12,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.web.views import console_view, json_text
 from runtime import events as journal
-from runtime import resolutions
-from runtime.actors import ROLE_SUPPORT, Actor
-from runtime.errors import DomainError, InvalidInput
+from runtime import policy, resolutions
+from runtime.actors import Actor
+from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
 from runtime.operations import invocations_by_operation
 from runtime.tools import contract_of
@@ -53,7 +53,7 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
 def _context(actor: Actor) -> dict[str, Any]:
     return {
         "rows": _rows(actor),
-        "can_resolve": actor.has_role(ROLE_SUPPORT),
+        "can_resolve": policy.allowed(policy.can_resolve, actor),
         "feed_head": journal.feed_head(),
     }
 
@@ -86,6 +86,8 @@ def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRespon
             evidence=request.POST.get("evidence", ""),
             state_version=version,
         )
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         if exc.code == "state_version_mismatch":
             messages.error(request, "Someone else changed this operation first; nothing was done.")

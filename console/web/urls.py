@@ -1,14 +1,10 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import support, views
+from console.web import auth, support, tokens, views
 
 urlpatterns = [
-    path(
-        "login/",
-        auth_views.LoginView.as_view(template_name="console/login.html"),
-        name="login",
-    ),
+    path("login/", auth.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.dashboard, name="dashboard"),
     path("fragments/dashboard", views.dashboard_fragment, name="dashboard-fragment"),
@@ -17,6 +13,8 @@ urlpatterns = [
     path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<str:task_id>/cancel", views.task_cancel, name="task-cancel"),
     path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
+    path("tokens/", tokens.token_page, name="tokens"),
+    path("tokens/<str:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
     path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),

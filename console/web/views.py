@@ -15,10 +15,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from console.api.serializers import cursor_decode, cursor_encode, event_out
-from runtime import cancellation, operations, tasks
+from runtime import cancellation, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor, actor_for_user
-from runtime.errors import DomainError, NotFound
+from runtime.errors import DomainError, NotAuthorized, NotFound
 from runtime.models import Operation, RejectedObservation
 from runtime.transitions import TaskCondition, TaskOutcome
 
@@ -32,7 +32,7 @@ def console_view(view: View) -> View:
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         actor = actor_for_user(int(str(request.user.pk)), request.user.get_username())
-        if not actor.is_console:
+        if not policy.allowed(policy.can_use_console, actor):
             return HttpResponseForbidden(
                 render(request, "console/forbidden.html", status=403).content
             )
@@ -40,6 +40,10 @@ def console_view(view: View) -> View:
             return view(request, actor, *args, **kwargs)
         except NotFound:
             return render(request, "console/not_found.html", status=404)
+        except NotAuthorized:
+            return HttpResponseForbidden(
+                render(request, "console/forbidden.html", status=403).content
+            )
         except DomainError as exc:
             return render(request, "console/error.html", {"error": exc}, status=exc.status)
 
@@ -162,6 +166,7 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     )
     return {
         "task": task,
+        "can_cancel": policy.allowed(policy.can_cancel, actor, task),
         "operations": [
             {
                 "op": op,

@@ -7,7 +7,7 @@ from runtime.models.operations import (
     Resolution,
 )
 from runtime.models.outbox import OutboxMessage
-from runtime.models.principals import Agent, ApiToken
+from runtime.models.principals import Agent, ApiToken, AuditRecord, RateCounter
 from runtime.models.requests import IdempotentRequest
 from runtime.models.tasks import Attempt, Task, TaskCount
 
@@ -15,12 +15,14 @@ __all__ = [
     "Agent",
     "ApiToken",
     "Attempt",
+    "AuditRecord",
     "Event",
     "Execution",
     "IdempotentRequest",
     "Invocation",
     "Operation",
     "OutboxMessage",
+    "RateCounter",
     "RejectedObservation",
     "Resolution",
     "Task",

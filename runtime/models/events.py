@@ -15,8 +15,12 @@ class Event(models.Model):
     operation = models.ForeignKey(
         "runtime.Operation", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
-    actor = models.CharField(max_length=200, blank=True, default="")
+    # Who or what caused the change: agent:NAME, user:NAME, execution:ID, system:sweeper...
+    actor = models.CharField(max_length=200)
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="event_seq_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "seq"], name="event_seq_unique"),
+            models.CheckConstraint(condition=~models.Q(actor=""), name="event_names_its_actor"),
+        ]

@@ -38,8 +38,11 @@ class ApiToken(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Who issued or revoked it (an admin's actor label, or "system:cli" for the shell).
+    created_by = models.CharField(max_length=200, default="system:cli")
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -52,3 +55,29 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix})"
+
+
+class AuditRecord(models.Model):
+    """A change to who may act (tokens issued or revoked), with the actor who made it. Tasks
+    have their journal; access changes belong to no task, so they are kept here."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=64)
+    subject = models.CharField(max_length=200)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(actor=""), name="audit_names_its_actor")
+        ]
+
+
+class RateCounter(models.Model):
+    """An attempt counter for the embedded mode's rate limits (services mode counts in Redis).
+    Incremented only by guarded UPDATEs, so concurrent attempts can never overshoot."""
+
+    key = models.CharField(primary_key=True, max_length=300)
+    count = models.PositiveIntegerField(default=0)
+    window_ends_at = models.DateTimeField()

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runtime.hashing import params_hash
+from runtime.keys import key_namespace_of
 from runtime.sandbox.models import Charge, FenceRecord, Notification, PaymentRequest, Reservation
 
 KEY_RETENTION = timedelta(hours=24)
@@ -54,6 +55,12 @@ def _stale_fence() -> Response:
     return Response(
         409, _err("stale_fencing_token", "a newer holder has acted under this key; refused")
     )
+
+
+def _same_owner(resource_key: str, request_key: str) -> bool:
+    """Like an account boundary at a real provider: a request may touch only what was created
+    under a key of the same namespace (the owner of the task, runtime/keys.py)."""
+    return key_namespace_of(resource_key) == key_namespace_of(request_key)
 
 
 # --- payments: Stripe's contract ----------------------------------------------------------
@@ -124,6 +131,8 @@ def payments_refund(*, key: str, charge_id: str, fencing_token: int) -> Response
             return Response(422, _err("idempotency_error", "key reused with different parameters"))
         return Response(existing.response_status or 200, dict(existing.response_body or {}))
     charge = Charge.objects.filter(charge_id=charge_id, kind="charge").first()
+    if charge is not None and not _same_owner(charge.key, key):
+        charge = None  # another owner's charge does not exist for this caller
     now = timezone.now()
     with transaction.atomic():
         if charge is None:
@@ -195,6 +204,9 @@ def inventory_lookup(*, key: str, fencing_token: int | None = None) -> Response:
 
 
 def inventory_release(*, key: str, reservation_id: str) -> Response:
+    held = Reservation.objects.filter(reservation_id=reservation_id).values_list("key", flat=True)
+    if not any(_same_owner(k, key) for k in held):
+        return Response(404, _err("not_found", f"no reservation {reservation_id}"))
     touched = Reservation.objects.filter(reservation_id=reservation_id).update(released=True)
     if not touched:
         return Response(404, _err("not_found", f"no reservation {reservation_id}"))

@@ -47,7 +47,8 @@ def test_propose_returns_201_with_the_operation_shape(db):
     assert op["attempt"] == task.current_attempt_id
     assert op["kind"] == "tool" and op["tool"] == "demo.echo" and op["step"] == "greet"
     assert op["params"] == params
-    assert op["idempotency_key"] == f"{task.pk}:greet:demo.echo:v1"
+    # Keys leave the system inside their owner's namespace (the task's agent).
+    assert op["idempotency_key"] == f"{alice.actor.agent_id}/{task.pk}:greet:demo.echo:v1"
     assert op["params_hash"] == params_hash(params)
     assert op["params_hash"].startswith("sha256:")
     assert op["status"] == "pending"
@@ -74,7 +75,7 @@ def test_intent_version_is_part_of_the_derived_key(db):
         {"tool": "demo.echo", "step": "s", "intent_version": 2, "params": {"changed": True}},
     )
     assert (first.status_code, second.status_code) == (201, 201)
-    assert second.json()["idempotency_key"] == f"{task.pk}:s:demo.echo:v2"
+    assert second.json()["idempotency_key"].endswith(f"/{task.pk}:s:demo.echo:v2")
     assert second.json()["id"] != first.json()["id"]
 
 
@@ -127,13 +128,19 @@ def test_explicit_idempotency_key_dedupes_and_conflicts_the_same_way(db):
     body = {"tool": "demo.echo", "step": "one", "idempotency_key": "order-42", "params": {"q": 1}}
     first = post_json(client, _ops_url(task.pk), body)
     assert first.status_code == 201
-    assert first.json()["idempotency_key"] == "order-42"
+    assert first.json()["idempotency_key"] == f"{alice.actor.agent_id}/order-42"
     counts = _counts(task)
 
     # The explicit key, not the step, names the action.
     same = post_json(client, _ops_url(task.pk), {**body, "step": "renamed"})
     assert same.status_code == 200
     assert same.json()["id"] == first.json()["id"]
+    # So does the namespaced key read back from the operation.
+    again = post_json(
+        client, _ops_url(task.pk), {**body, "idempotency_key": first.json()["idempotency_key"]}
+    )
+    assert again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
 
     assert_error(
         post_json(client, _ops_url(task.pk), {**body, "params": {"q": 2}}),
@@ -177,6 +184,7 @@ def _end(task: Task) -> None:
         task_transition_txn(
             task,
             now=timezone.now(),
+            actor="user:test",
             fields={"outcome": "failed"},
             event_type="task.failed",
             target_condition="terminal",
@@ -186,13 +194,19 @@ def _end(task: Task) -> None:
 def _cancel(task: Task) -> None:
     with transaction.atomic():
         task_transition_txn(
-            task, now=timezone.now(), fields={"cancellation": "requested"}, event_type="t.cancel"
+            task,
+            now=timezone.now(),
+            actor="user:test",
+            fields={"cancellation": "requested"},
+            event_type="t.cancel",
         )
 
 
 def _pause(task: Task) -> None:
     with transaction.atomic():
-        task_transition_txn(task, now=timezone.now(), fields={"paused": True}, event_type="t.p")
+        task_transition_txn(
+            task, now=timezone.now(), actor="user:test", fields={"paused": True}, event_type="t.p"
+        )
 
 
 def _past_deadline(task: Task) -> None:

@@ -32,7 +32,7 @@ def _make_waiting(owner, task) -> None:
     """Leave ``task`` waiting on a person: its only operation needs manual intervention."""
     op = factories.operation(owner, task)
     with transaction.atomic():
-        operation_transition_txn(op, "manual_intervention", now=timezone.now())
+        operation_transition_txn(op, "manual_intervention", now=timezone.now(), actor="user:test")
 
 
 def _walk(client, query: dict[str, str]) -> list[list[str]]:
@@ -131,6 +131,7 @@ def test_list_filters_by_condition_and_outcome(db):
         task_transition_txn(
             ended,
             now=timezone.now(),
+            actor="user:test",
             fields={"outcome": "cancelled"},
             event_type="task.cancelled",
             target_condition="terminal",

@@ -54,7 +54,7 @@ def test_claimants_racing_a_claim_time_settlement_are_both_refused_not_errors():
 
     def claim() -> str:
         try:
-            agent_claim(op.pk, execution)
+            agent_claim(op.pk, execution, actor=owner.actor.label)
         except NotClaimable as exc:
             return exc.code
         return "claimed"

@@ -1,0 +1,127 @@
+"""Rights: who may do what. One function per right, consulted by every entry point (REST views,
+console pages, websocket consumers) and by the services themselves, so a new entry point cannot
+grant more than the domain allows.
+
+Each ``can_*`` returns None when the actor holds the right and raises ``NotAuthorized`` (403)
+otherwise; ``allowed()`` turns one into a bool for pages that only show or hide a button.
+Visibility is different from a right: what an actor may not *see* is a 404 (``task_scope``),
+so a refusal never reveals that another agent's task exists.
+
+| right | who |
+|---|---|
+| see a task | its agent; the user who created it; every console role (operator, support, admin) |
+| create a task | an agent; a user (a token acting for a user, or a signed-in person) |
+| propose an operation | the task's agent; for a task a user created, that user |
+| claim / heartbeat / complete an agent-run operation | the task's agent only |
+| cancel or fail a task | the task's agent; the user who created it; an admin |
+| resolve an unresolved operation | support staff, admins (roles read fresh) |
+| approve or deny an action | operators, admins, never the requester |
+| use the console | a signed-in person with a console role |
+| manage API tokens | admins (roles read fresh) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from django.db.models import Q
+
+from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, user_roles
+from runtime.errors import NotAuthorized, NotFound
+from runtime.models import Operation, Task
+
+
+def task_scope(actor: Actor, prefix: str = "") -> Q:
+    """The tasks an actor may see: an agent its own; a console role every task; a user without
+    a role only what it created. ``prefix`` applies the rule across a relation ("task__")."""
+    if actor.kind == "agent":
+        return Q(**{f"{prefix}agent_id": actor.agent_id})
+    if actor.kind == "system" or actor.is_console:
+        return Q()
+    if actor.kind == "user":
+        return Q(**{f"{prefix}created_by_id": actor.user_id})
+    return Q(**{f"{prefix}pk__in": []})
+
+
+def fresh(actor: Actor) -> Actor:
+    """The actor with its roles read now: a right decided for a person is decided on the roles it
+    holds at that moment, not the ones cached when its session or request began."""
+    if actor.kind == "user" and actor.user_id is not None:
+        return replace(actor, roles=user_roles(actor.user_id))
+    return actor
+
+
+def _owns(actor: Actor, task: Task) -> bool:
+    if actor.kind == "agent":
+        return task.agent_id is not None and task.agent_id == actor.agent_id
+    if actor.kind == "user":
+        # Only tasks a user created itself; an agent's task is never a user's.
+        return task.agent_id is None and task.created_by_id == actor.user_id
+    return False
+
+
+def can_use_console(actor: Actor) -> None:
+    if not (actor.kind == "user" and actor.is_console):
+        raise NotAuthorized("the console is for operators, support staff and admins")
+
+
+def can_create_task(actor: Actor) -> None:
+    if actor.kind not in ("agent", "user"):
+        raise NotAuthorized("only agents and users create tasks")
+
+
+def can_propose(actor: Actor, task: Task) -> None:
+    """Proposing work is the task's owner's right, never a side effect of seeing the task."""
+    if not _owns(actor, task):
+        raise NotAuthorized("only the task's agent may propose operations in it")
+
+
+def can_claim(actor: Actor, operation: Operation) -> None:
+    """Claiming, heartbeating and completing an agent-run operation: the task's agent only."""
+    task = operation.task
+    if not (actor.kind == "agent" and task.agent_id == actor.agent_id):
+        raise NotAuthorized("only the task's agent may run its operations")
+
+
+def can_cancel(actor: Actor, task: Task) -> None:
+    if _owns(actor, task) or fresh(actor).has_role(ROLE_ADMIN):
+        return
+    raise NotAuthorized("only the task's agent or an admin may stop it")
+
+
+def can_resolve(actor: Actor) -> None:
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_SUPPORT)):
+        raise NotAuthorized("only support staff may resolve operations")
+
+
+def can_approve(actor: Actor, *, requested_by: str) -> None:
+    """For the approval gate: an operator (or admin) who is not the requester."""
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_OPERATOR)):
+        raise NotAuthorized("only operators may approve or deny actions")
+    if requested_by == actor.label:
+        raise NotAuthorized("the requester may not approve its own action")
+
+
+def can_manage_tokens(actor: Actor) -> None:
+    if not (actor.kind == "user" and ROLE_ADMIN in fresh(actor).roles):
+        raise NotAuthorized("only admins manage API tokens")
+
+
+def effects_visible(actor: Actor, key: str) -> None:
+    """A receiver's records under ``key`` are visible through the operation that owns the key:
+    an actor that may see no operation with that key gets NotFound, like any unseen object."""
+    if (
+        not key
+        or not Operation.objects.filter(task_scope(actor, "task__"), idempotency_key=key).exists()
+    ):
+        raise NotFound("no such key")
+
+
+def allowed(right: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
+    try:
+        right(*args, **kwargs)
+    except NotAuthorized:
+        return False
+    return True

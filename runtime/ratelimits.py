@@ -1,0 +1,186 @@
+"""Brute-force limits on atomic counters (DRF's throttles read, then write, so concurrent
+requests get past them). An attempt takes a slot per subject (the account, the client address)
+*before* the credentials are checked: the counter's own atomic increment decides, so N
+concurrent attempts can never all pass a limit of fewer than N. A successful attempt gives its
+slots back, so only failures use up the budget.
+
+Services mode counts in Redis (INCR and EXPIRE in one Lua script, which Redis runs atomically);
+embedded mode in the database (``RateCounter``, guarded UPDATEs only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime.errors import DomainError
+from runtime.models import RateCounter
+
+KEY_PREFIX = "ratelimit"
+log = logging.getLogger(__name__)
+
+
+class RateLimited(DomainError):
+    """Too many attempts; try again later."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most ``attempts`` failed attempts per ``window_seconds`` for one subject."""
+
+    name: str
+    attempts: int
+    window_seconds: int
+
+
+@dataclass
+class Held:
+    """The slots an attempt holds; give them back with ``attempt_succeeded``."""
+
+    backend: str
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (backend, key)
+
+
+def login_limits() -> tuple[Limit, Limit]:
+    window = int(settings.RATE_WINDOW_SECONDS)
+    return (
+        Limit("login-account", int(settings.RATE_LOGIN_PER_ACCOUNT), window),
+        Limit("login-address", int(settings.RATE_LOGIN_PER_ADDRESS), window),
+    )
+
+
+def token_limits() -> tuple[Limit, Limit]:
+    window = int(settings.RATE_WINDOW_SECONDS)
+    return (
+        Limit("token-account", int(settings.RATE_TOKEN_PER_ACCOUNT), window),
+        Limit("token-address", int(settings.RATE_TOKEN_PER_ADDRESS), window),
+    )
+
+
+def _backend() -> str:
+    return "redis" if settings.REDIS_URL else "database"
+
+
+def attempt_begin(
+    checks: Sequence[tuple[Limit, str]], *, backend: str | None = None, now: datetime | None = None
+) -> Held:
+    """Take one slot for each (limit, subject). Raises RateLimited (with the seconds until the
+    fullest window ends) when any is used up; the slots already taken are given back.
+
+    Preconditions: none; safe under any concurrency (the counters decide atomically)."""
+    held = Held(backend or _backend())
+    for limit, subject in checks:
+        key = f"{KEY_PREFIX}:{limit.name}:{subject}"[:300]
+        if held.backend == "redis":
+            try:
+                taken, retry = _redis_take(key, limit)
+            except Exception:
+                # Redis only helps here: while it is away, count in the database instead of
+                # turning every request into an error (or letting every guess through).
+                log.warning("rate limit counter in Redis unavailable; counting in the database")
+                held.backend = "database"
+                taken, retry = _db_take(key, limit, now or timezone.now())
+        else:
+            taken, retry = _db_take(key, limit, now or timezone.now())
+        if not taken:
+            attempt_succeeded(held)
+            raise RateLimited(f"too many attempts; try again in {retry} s", retry_after=retry)
+        held.keys.append((held.backend, key))
+    return held
+
+
+def attempt_succeeded(held: Held) -> None:
+    """The credentials were good: the attempt does not count against anyone."""
+    for backend, key in held.keys:
+        if backend == "redis":
+            with contextlib.suppress(Exception):  # an unreturned slot only expires later
+                _redis().eval(_GIVE_BACK, 1, key)
+        else:
+            RateCounter.objects.filter(key=key, count__gt=0).update(count=F("count") - 1)
+    held.keys.clear()
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+# The increment and the window's start are one step: a crash between INCR and EXPIRE cannot
+# leave a counter that never expires.
+_TAKE = """
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('TTL', KEYS[1])
+if ttl < 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {n, ttl}
+"""
+# Never DECR a key that expired meanwhile: that would create one without a window.
+_GIVE_BACK = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('DECR', KEYS[1]) end
+return 0
+"""
+
+_clients: dict[int, Any] = {}
+
+
+def _redis() -> Any:
+    import redis
+
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        _clients.clear()
+        client = _clients[pid] = redis.Redis.from_url(str(settings.REDIS_URL))
+    return client
+
+
+def _redis_take(key: str, limit: Limit) -> tuple[bool, int]:
+    count, ttl = _redis().eval(_TAKE, 1, key, limit.window_seconds)
+    return int(count) <= limit.attempts, int(ttl)
+
+
+# --- database -----------------------------------------------------------------------------
+
+
+def _db_take(key: str, limit: Limit, now: datetime) -> tuple[bool, int]:
+    """One slot by guarded UPDATE: PostgreSQL re-evaluates ``count < attempts`` on the row a
+    concurrent UPDATE just changed, so the last slot goes to exactly one attempt."""
+    ends = now + timedelta(seconds=limit.window_seconds)
+    for _ in range(3):
+        if RateCounter.objects.filter(
+            key=key, window_ends_at__gt=now, count__lt=limit.attempts
+        ).update(count=F("count") + 1):
+            return True, 0
+        if RateCounter.objects.filter(key=key, window_ends_at__lte=now).update(
+            count=1, window_ends_at=ends
+        ):
+            return True, 0
+        row = RateCounter.objects.filter(key=key).values_list("window_ends_at", flat=True).first()
+        if row is not None:
+            if row > now:
+                return False, math.ceil((row - now).total_seconds())
+            continue  # the window ended between the two statements: take the fresh one
+        try:
+            with transaction.atomic():
+                RateCounter.objects.create(key=key, count=1, window_ends_at=ends)
+            return True, 0
+        except IntegrityError:
+            continue  # a concurrent first attempt created it: count against that row
+    return False, limit.window_seconds

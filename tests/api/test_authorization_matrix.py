@@ -1,0 +1,312 @@
+# ruff: noqa: E501 (the matrix is a table: one row per line)
+"""The authorization matrix: every route of the URL conf and every websocket route, for every
+kind of caller, with the status it gets; on a refusal, nothing changed. The routes are walked
+from the URL conf and the websocket routing, so a route added without a row here fails
+``test_every_route_has_a_row`` by name. README.md shows the same table.
+
+Cells: an HTTP status; ``LOGIN`` a redirect to the login page (console pages know only
+sessions, so a bearer token there is nobody); ``OPEN`` a websocket that stays open; 44xx the
+close code a refused websocket gets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.db.models import Sum
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
+
+from console.web.routing import websocket_urlpatterns
+from runtime.models import (
+    ApiToken,
+    AuditRecord,
+    Event,
+    Invocation,
+    Operation,
+    Resolution,
+    Task,
+)
+from runtime.sandbox import receivers
+from runtime.tokens import token_issue_for_agent
+from tests import factories
+
+pytestmark = [pytest.mark.postgres]
+
+LOGIN = "login"
+OPEN = "open"
+
+PRINCIPALS = (
+    "anonymous",
+    "owner_agent",
+    "other_agent",
+    "operator",
+    "support",
+    "admin",
+    "operator_token",
+    "support_token",
+    "admin_token",
+)
+
+# method, route (as the URL conf spells it) -> one cell per principal, in PRINCIPALS' order:
+#                    anon   owner  other  oper   supp   admin  oper_t supp_t admin_t
+MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("GET", "healthz"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/schema/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/docs/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/v1/tasks"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/tasks"): (401, 201, 201, 201, 201, 201, 201, 201, 201),
+    ("GET", "api/v1/tasks/<id:task_id>"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/v1/tasks/<id:task_id>/operations"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/tasks/<id:task_id>/operations"): (401, 201, 404, 403, 403, 403, 403, 403, 403),
+    ("GET", "api/v1/tasks/<id:task_id>/events"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/v1/operations"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/v1/operations/<id:operation_id>"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/operations/<id:operation_id>/claim"): (401, 200, 404, 403, 403, 403, 403, 403, 403),
+    ("POST", "api/v1/operations/<id:operation_id>/heartbeat"): (401, 409, 404, 403, 403, 403, 403, 403, 403),
+    ("POST", "api/v1/operations/<id:operation_id>/complete"): (401, 409, 404, 403, 403, 403, 403, 403, 403),
+    ("POST", "api/v1/tasks/<id:task_id>/cancel"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
+    ("POST", "api/v1/tasks/<id:task_id>/fail"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
+    ("POST", "api/v1/operations/<id:operation_id>/resolve"): (401, 403, 403, 403, 200, 200, 403, 200, 200),
+    ("GET", "api/v1/demo/receivers/<id:receiver>/effects"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("GET", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "logout/"): (302, 302, 302, 302, 302, 302, 302, 302, 302),
+    ("GET", ""): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "fragments/dashboard"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "fragments/tasks"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/<str:task_id>/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "tasks/<str:task_id>/cancel"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/<str:task_id>/live"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "tokens/<str:token_id>/revoke"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "unresolved/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "fragments/unresolved"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "unresolved/<str:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("WS", "ws/tasks/<str:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
+    ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
+}  # fmt: skip
+
+# What each request carries (the minimum a caller with the right needs to succeed).
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "api/v1/tasks"): {"name": "matrix"},
+    ("POST", "api/v1/tasks/<id:task_id>/operations"): {"tool": "demo.echo", "step": "matrix"},
+    ("POST", "api/v1/operations/<id:operation_id>/heartbeat"): {"lease_generation": 1},
+    ("POST", "api/v1/operations/<id:operation_id>/complete"): {
+        "lease_generation": 1,
+        "outcome": "succeeded",
+    },
+    ("POST", "api/v1/tasks/<id:task_id>/cancel"): {"reason": "matrix"},
+    ("POST", "api/v1/tasks/<id:task_id>/fail"): {"reason": "matrix"},
+    ("POST", "api/v1/operations/<id:operation_id>/resolve"): {
+        "resolution": "no_effect",
+        "evidence": "matrix",
+    },
+    ("POST", "login/"): {"username": "nobody", "password": "wrong-password"},
+    ("POST", "tasks/<str:task_id>/cancel"): {"reason": "matrix"},
+    ("POST", "tokens/"): {"kind": "agent", "subject": "matrix-agent"},
+    ("POST", "unresolved/<str:operation_id>/resolve"): {
+        "resolution": "no_effect",
+        "evidence": "matrix",
+    },
+}
+# Routes whose operation is the unresolved one (the others act on the agent-run one).
+ON_UNRESOLVED = {"resolve"}
+
+
+def _walk(patterns: list[Any], prefix: str = "") -> list[str]:
+    routes = []
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            routes += _walk(p.url_patterns, prefix + str(p.pattern))
+        elif isinstance(p, URLPattern):
+            routes.append(prefix + str(p.pattern))
+    return routes
+
+
+def test_every_route_has_a_row():
+    http = set(_walk(get_resolver().url_patterns))
+    ws = {str(p.pattern) for p in websocket_urlpatterns}
+    covered = {route for _, route in MATRIX}
+    missing = sorted((http | ws) - covered)
+    assert not missing, (
+        "routes missing from the authorization matrix (add a row per method to MATRIX in "
+        f"tests/api/test_authorization_matrix.py and to README.md): {missing}"
+    )
+    stale = sorted(covered - http - ws)
+    assert not stale, f"rows for routes that no longer exist: {stale}"
+    for key, cells in MATRIX.items():
+        assert len(cells) == len(PRINCIPALS), key
+
+
+@dataclass
+class World:
+    principals: dict[str, factories.Principal | None]
+    task: Task
+    agent_op: Operation
+    unresolved_op: Operation
+    effect_key: str
+    token_id: str
+
+
+@pytest.fixture
+def world(settings) -> World:
+    # Passwords are hashed for every console user; the fast hasher keeps 300 cells quick.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    owner, other = factories.agent(), factories.agent()
+    people = {role: factories.console_user(role) for role in ("operator", "support", "admin")}
+    task = factories.task(owner)
+    agent_op = factories.operation(owner, task, step="think", executor="agent")
+    unresolved_op = factories.operation(
+        owner, task, step="tell", tool="demo.notify", params={"to": "x@example.com"}
+    )
+    Operation.objects.filter(pk=unresolved_op.pk).update(status="unresolved")
+    unresolved_op.refresh_from_db()
+    charge = factories.operation(
+        owner, task, step="pay", tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 5},
+    )  # fmt: skip
+    receivers.payments_charge(key=charge.idempotency_key, body=charge.params, fencing_token=1)
+    return World(
+        principals={
+            "anonymous": None,
+            "owner_agent": owner,
+            "other_agent": other,
+            **{role: people[role] for role in people},
+            **{f"{role}_token": people[role] for role in people},
+        },
+        task=task,
+        agent_op=agent_op,
+        unresolved_op=unresolved_op,
+        effect_key=charge.idempotency_key,
+        token_id=token_issue_for_agent("matrix-victim").token.pk,
+    )
+
+
+def _snapshot() -> tuple[Any, ...]:
+    """Everything a request could change, summarised: any write moves one of these."""
+    return (
+        Task.objects.count(),
+        Task.objects.aggregate(v=Sum("state_version"))["v"],
+        Operation.objects.count(),
+        Operation.objects.aggregate(v=Sum("state_version"))["v"],
+        Event.objects.count(),
+        Invocation.objects.count(),
+        Resolution.objects.count(),
+        AuditRecord.objects.count(),
+        ApiToken.objects.filter(revoked_at__isnull=False).count(),
+        ApiToken.objects.count(),
+    )
+
+
+def _path(route: str, w: World) -> str:
+    op = w.unresolved_op if route.rsplit("/", 1)[-1] in ON_UNRESOLVED else w.agent_op
+    values = {
+        "task_id": w.task.pk,
+        "operation_id": op.pk,
+        "receiver": "payments",
+        "token_id": w.token_id,
+    }
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
+
+
+def _client(name: str, w: World) -> APIClient:
+    client = APIClient()
+    principal = w.principals[name]
+    if principal is None:
+        return client
+    if principal.actor.kind == "user" and not name.endswith("_token"):
+        client.force_login(principal.actor_user())
+    else:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {principal.token}")
+    return client
+
+
+def _http_cells() -> list[Any]:
+    return [
+        pytest.param(method, route, name, cells[i], id=f"{method} /{route} as {name}")
+        for (method, route), cells in MATRIX.items()
+        if method != "WS"
+        for i, name in enumerate(PRINCIPALS)
+    ]
+
+
+def _is_refusal(expected: Any) -> bool:
+    return expected == LOGIN or (isinstance(expected, int) and expected in (401, 403, 404))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "route", "principal", "expected"), _http_cells())
+def test_http_cell(world, method, route, principal, expected):
+    client = _client(principal, world)
+    path = _path(route, world)
+    body = dict(BODIES.get((method, route), {}))
+    if "resolve" in route:
+        body["state_version"] = world.unresolved_op.state_version
+    before = _snapshot()
+    if method == "GET":
+        params = {"key": world.effect_key} if "effects" in route else {}
+        response = client.get(path, params)
+    elif route.startswith("api/"):
+        response = client.post(path, body, format="json")
+    else:
+        response = client.post(path, body)  # a console form
+    if expected == LOGIN:
+        assert response.status_code == 302, (response.status_code, response.content[:300])
+        assert response["Location"].startswith("/login/")
+    else:
+        assert response.status_code == expected, (response.status_code, response.content[:300])
+        if route.startswith("api/v1/") and response.status_code >= 400:
+            assert set(response.json()) == {"error"}
+    if _is_refusal(expected):
+        assert _snapshot() == before, "a refused request changed something"
+
+
+def _ws_cells() -> list[Any]:
+    return [
+        pytest.param(route, name, cells[i], id=f"WS /{route} as {name}")
+        for (method, route), cells in MATRIX.items()
+        if method == "WS"
+        for i, name in enumerate(PRINCIPALS)
+    ]
+
+
+@pytest.mark.parametrize(("route", "principal", "expected"), _ws_cells())
+def test_websocket_cell(transactional_db, world, route, principal, expected):
+    from console.asgi import application
+
+    headers = [(b"origin", b"http://127.0.0.1:8000")]
+    p = world.principals[principal]
+    if p is not None and p.actor.kind == "user" and not principal.endswith("_token"):
+        client = APIClient()
+        client.force_login(p.actor_user())
+        headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+    elif p is not None:
+        headers.append((b"authorization", f"Bearer {p.token}".encode()))
+    before = _snapshot()
+
+    async def attempt() -> Any:
+        comm = WebsocketCommunicator(application, _path(route, world), headers=headers)
+        try:
+            connected, code = await comm.connect(timeout=10)
+            if not connected:
+                return code
+            if await comm.receive_nothing(timeout=1):
+                return OPEN  # a quiet feed: open, nothing to say yet
+            message = await comm.receive_output(timeout=10)
+            if message["type"] == "websocket.close":
+                return message.get("code")
+            return OPEN
+        finally:
+            await comm.disconnect()
+
+    assert async_to_sync(attempt)() == expected
+    if expected != OPEN:
+        assert _snapshot() == before
