@@ -74,6 +74,23 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "api/v1/tasks/<id:task_id>/fail"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
     ("POST", "api/v1/operations/<id:operation_id>/resolve"): (401, 403, 403, 403, 200, 200, 403, 200, 200),
     ("GET", "api/v1/demo/receivers/<id:receiver>/effects"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    # Planned routes of the contract: 501 until built; the branch that builds one replaces its row.
+    ("POST", "api/v1/tasks/<id:task_id>/attempts"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/complete"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("GET", "api/v1/tasks/<id:task_id>/checks"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/signals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/pause"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/resume"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/steer"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("GET", "api/v1/tasks/<id:task_id>/budget"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/tasks/<id:task_id>/artifacts"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/artifacts/<id:artifact_id>/accept"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("GET", "api/v1/artifacts/<id:artifact_id>/content"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("GET", "api/v1/approvals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/approvals/decisions"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/approvals/<id:approval_id>/decision"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/approvals/<id:approval_id>/renew"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    ("POST", "api/v1/approvals/<id:approval_id>/edit"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("GET", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "logout/"): (302, 302, 302, 302, 302, 302, 302, 302, 302),
@@ -98,9 +115,13 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "api/v1/tasks"): {"name": "matrix"},
     ("POST", "api/v1/tasks/<id:task_id>/operations"): {"tool": "demo.echo", "step": "matrix"},
-    ("POST", "api/v1/operations/<id:operation_id>/heartbeat"): {"lease_generation": 1},
+    ("POST", "api/v1/operations/<id:operation_id>/heartbeat"): {
+        "lease_generation": 1,
+        "lease_token": "not-the-claims-token",
+    },
     ("POST", "api/v1/operations/<id:operation_id>/complete"): {
         "lease_generation": 1,
+        "lease_token": "not-the-claims-token",
         "outcome": "succeeded",
     },
     ("POST", "api/v1/tasks/<id:task_id>/cancel"): {"reason": "matrix"},
@@ -213,6 +234,8 @@ def _path(route: str, w: World) -> str:
         "operation_id": op.pk,
         "receiver": "payments",
         "token_id": w.token_id,
+        "approval_id": "apr_matrix",
+        "artifact_id": "art_matrix",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
 

@@ -72,11 +72,19 @@ def test_console_users_cannot_claim_or_complete_an_agents_operation(role):
     assert_error(client.post(f"/api/v1/operations/{op.pk}/claim"), 403, "not_authorized")
     # Even while the agent holds the lease, nobody else may complete it.
     lease = agent.client().post(f"/api/v1/operations/{op.pk}/claim").json()
+    token = lease["lease_token"]  # even with the claim's own secret
     during = _snapshot(task)
     assert during != before
     for path, body in [
-        ("heartbeat", {"lease_generation": lease["lease_generation"]}),
-        ("complete", {"lease_generation": lease["lease_generation"], "outcome": "succeeded"}),
+        ("heartbeat", {"lease_generation": lease["lease_generation"], "lease_token": token}),
+        (
+            "complete",
+            {
+                "lease_generation": lease["lease_generation"],
+                "lease_token": token,
+                "outcome": "succeeded",
+            },
+        ),
     ]:
         response = post_json(client, f"/api/v1/operations/{op.pk}/{path}", body)
         assert_error(response, 403, "not_authorized")

@@ -60,7 +60,12 @@ def test_no_journal_event_lacks_an_actor_after_a_representative_run(workers):
     lease = client.post(f"/api/v1/operations/{run.pk}/claim").json()
     done = client.post(
         f"/api/v1/operations/{run.pk}/complete",
-        {"lease_generation": lease["lease_generation"], "outcome": "succeeded", "result": {}},
+        {
+            "lease_generation": lease["lease_generation"],
+            "lease_token": lease["lease_token"],
+            "outcome": "succeeded",
+            "result": {},
+        },
         format="json",
     )
     assert done.status_code == 200, done.content
