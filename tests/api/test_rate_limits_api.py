@@ -11,7 +11,8 @@ from runtime.models import Task
 from tests import factories
 from tests.api.support import assert_error, post_json
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+# Both databases: embedded (SQLite, rate limits counted in the database) and services.
+pytestmark = [pytest.mark.django_db]
 
 
 @override_settings(RATE_TOKEN_PER_ACCOUNT=3, RATE_TOKEN_PER_ADDRESS=100)

@@ -13,7 +13,8 @@ from runtime.sandbox.models import Charge, PaymentRequest
 from tests import factories
 from tests.api.support import assert_error, post_json
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+# Both databases: embedded (SQLite, rate limits counted in the database) and services.
+pytestmark = [pytest.mark.django_db]
 
 CHARGE = {
     "tool": "demo.payments.charge",

@@ -11,7 +11,8 @@ from runtime.errors import NotAuthorized
 from runtime.models import Operation
 from tests import factories
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+# Both databases: embedded (SQLite, rate limits counted in the database) and services.
+pytestmark = [pytest.mark.django_db]
 
 WHO = ("owner", "other", "operator", "support", "admin", "creator")
 
