@@ -175,7 +175,9 @@ def _db_take(key: str, limit: Limit, now: datetime) -> tuple[bool, int]:
         row = RateCounter.objects.filter(key=key).values_list("window_ends_at", flat=True).first()
         if row is not None:
             if row > now:
-                return False, math.ceil((row - now).total_seconds())
+                # Clamped: another attempt may have opened the window a moment "after" now.
+                wait = math.ceil((row - now).total_seconds())
+                return False, min(limit.window_seconds, wait)
             continue  # the window ended between the two statements: take the fresh one
         try:
             with transaction.atomic():
