@@ -14,7 +14,7 @@ def name_unnamed_actors(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0002_lease_token'),
+        ('runtime', '0003_task_counts'),
     ]
 
     operations = [
