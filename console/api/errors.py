@@ -50,9 +50,10 @@ def _validation_message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
-        return Response(
-            error_body(exc.code, exc.message, field=exc.details.get("field")), status=exc.status
-        )
+        extra = exc.details if getattr(exc, "public_details", False) else {}
+        if "field" in exc.details:
+            extra = {**extra, "field": exc.details.get("field")}
+        return Response(error_body(exc.code, exc.message, **extra), status=exc.status)
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=404)
     if isinstance(exc, DjangoPermissionDenied):

@@ -1,3 +1,4 @@
+from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
 from runtime.models.events import Event
 from runtime.models.operations import (
     Execution,
@@ -14,7 +15,10 @@ from runtime.models.tasks import Attempt, Task
 __all__ = [
     "Agent",
     "ApiToken",
+    "Artifact",
+    "ArtifactStatus",
     "Attempt",
+    "CheckResult",
     "Event",
     "Execution",
     "IdempotentRequest",
@@ -22,6 +26,7 @@ __all__ = [
     "Operation",
     "OutboxMessage",
     "RejectedObservation",
+    "RequiredCheck",
     "Resolution",
     "Task",
 ]
