@@ -213,7 +213,12 @@ else:
 STORAGES = {
     "default": _default_storage,
     # Artifact bytes under their content address (runtime/artifact_store.py).
-    "artifacts": _default_storage,
+    "artifacts": _default_storage
+    if os.environ.get("S3_BUCKET")
+    else {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ.get("ARTIFACT_ROOT") or str(MEDIA_ROOT / "artifacts")},
+    },
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
