@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import support, views
+from console.web import outcomes, support, views
 
 urlpatterns = [
     path(
@@ -17,6 +17,11 @@ urlpatterns = [
     path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<str:task_id>/cancel", views.task_cancel, name="task-cancel"),
     path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
+    path(
+        "tasks/<str:task_id>/outcomes",
+        outcomes.task_outcomes_fragment,
+        name="task-outcomes-fragment",
+    ),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
     path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
