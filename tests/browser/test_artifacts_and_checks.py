@@ -22,6 +22,7 @@ from tests.conftest import Server, server_start
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
+REPORT = {"artifact": "report.json"}
 SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {"type": "string"}}}
 
 
@@ -54,10 +55,14 @@ def test_a_person_downloads_an_accepted_artifact_and_sees_its_checks(
         owner,
         "write the quarterly report",
         required_checks=[
-            {"name": "report present", "checker": "artifact_present", "config": {"artifact": "report.json"}},
-            {"name": "report shape", "checker": "json_schema", "config": {"artifact": "report.json", "schema": SCHEMA}},
+            {"name": "report present", "checker": "artifact_present", "config": REPORT},
+            {
+                "name": "report shape",
+                "checker": "json_schema",
+                "config": {**REPORT, "schema": SCHEMA},
+            },
         ],
-    )  # fmt: skip
+    )
     first = _accept(owner, task, {"summary": 7})
     operator(page, artifact_server.url)
     page.goto(f"{artifact_server.url}/tasks/{task.pk}/")
