@@ -280,3 +280,105 @@ def test_a_check_run_as_a_worker_operation(workers, fs_artifacts, tmp_path):
     assert done.outcome == "succeeded"
     [state] = checks.check_states(task.pk)
     assert state.latest.result == "passed" and state.latest.checker == "operation"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_replacement_committing_during_completion_refuses_success(fs_artifacts):
+    """Real concurrency on PostgreSQL: the check passed on v1; an acceptance of v2 holds its
+    transaction open (named point, after its guarded UPDATE of the task row); completion starts,
+    sees the v1 check as current, and is observed waiting on the task's row lock; when v2
+    commits, the decision under the lock finds the check stale and refuses."""
+    from django.db import connection
+
+    alice = factories.agent()
+    task = factories.task(alice, required_checks=REPORT_CHECKS[1:])
+    accept_json(alice, task, {"summary": "v1"})
+    [state] = checks.task_checks_run(alice.actor, task.pk)
+    assert state.counts
+    v2 = artifacts.artifact_upload(
+        alice.actor,
+        task.pk,
+        artifacts.UploadSpec(name="report.json", media_type="application/json"),
+        io.BytesIO(b'{"summary": "v2"}'),
+    )
+    expected = Task.objects.get(pk=task.pk).state_version
+    inside, release = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def hold() -> None:
+        inside.set()
+        assert release.wait(30)
+
+    def accept() -> None:
+        try:
+            outcome["accept"] = artifacts.artifact_accept(
+                alice.actor, v2.pk, expected_state_version=expected
+            ).status
+        finally:
+            connection.close()
+
+    def complete() -> None:
+        try:
+            outcome["complete"] = completion.task_complete(alice.actor, task.pk).outcome
+        except Exception as exc:
+            outcome["complete"] = exc
+        finally:
+            connection.close()
+
+    artifacts.HOOKS["accept.before_commit"] = hold
+    try:
+        a = threading.Thread(target=accept)
+        a.start()
+        assert inside.wait(30)
+        c = threading.Thread(target=complete)
+        c.start()
+
+        def completion_waits() -> bool:
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                )
+                return bool(cur.fetchone()[0])
+
+        wait_for(completion_waits, what="completion to wait on the task's row lock")
+        release.set()
+        a.join(30)
+        c.join(30)
+    finally:
+        artifacts.HOOKS.pop("accept.before_commit", None)
+    assert outcome["accept"] == "accepted"
+    refused = outcome["complete"]
+    assert isinstance(refused, CompletionRefused), refused
+    assert "stale" in refused.details["checks"][0]["reason"]
+    assert Task.objects.get(pk=task.pk).outcome is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_partial_artifacts_of_a_failed_task_are_kept_with_their_verification(fs_artifacts):
+    from runtime.cancellation import task_fail
+    from runtime.sweeper import sweep_once
+
+    alice = factories.agent()
+    task = factories.task(alice, required_checks=REPORT_CHECKS[1:])
+    partial = accept_json(alice, task, {"draft": True})
+    refusal_of(alice, task)
+    task_fail(alice.actor, task.pk, "gave up")
+    sweep_once()
+    kept = artifacts.artifact_get(alice.actor, partial.pk)
+    assert kept.status == "accepted"
+    assert artifacts.verification_of(kept, checks.check_history(alice.actor, task.pk)) == "failed"
+    _, stream = artifacts.artifact_content(alice.actor, partial.pk)
+    with stream:
+        assert json.loads(stream.read()) == {"draft": True}
+
+
+def test_reconciliation_runs_at_its_own_pace(settings):
+    from datetime import timedelta
+
+    settings.ARTIFACT_RECONCILE_SECONDS = 300
+    now = timezone.now()
+    assert artifacts.reconcile_due(now, None)
+    assert not artifacts.reconcile_due(now, now - timedelta(seconds=299))
+    assert artifacts.reconcile_due(now, now - timedelta(seconds=300))
