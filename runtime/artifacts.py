@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any
@@ -24,6 +23,7 @@ from django.utils import timezone
 
 from runtime import artifact_store as store
 from runtime.actors import ROLE_ADMIN, Actor, task_scope
+from runtime.crashpoints import crash_point
 from runtime.errors import (
     Conflict,
     InvalidInput,
@@ -42,16 +42,6 @@ from runtime.tasks import task_get
 from runtime.transitions import TaskCondition
 
 A = ArtifactStatus
-
-# Test hooks at commit boundaries (named crash points): no-ops unless a test installs one.
-HOOKS: dict[str, Callable[[], None]] = {}
-
-
-def _hook(name: str) -> None:
-    hook = HOOKS.get(name)
-    if hook is not None:
-        hook()
-
 
 # --- names and media types ----------------------------------------------------------------
 
@@ -178,7 +168,7 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
     )
     try:
         store.content_put(key, content, measured=measured, media_type=media_type)
-        _hook("upload.after_put")
+        crash_point("artifact.after_put")
         problem = store.content_verify(key, measured)
     except Exception as exc:
         _fail(artifact, f"storage error: {type(exc).__name__}", actor.label)
@@ -283,7 +273,7 @@ def artifact_accept(actor: Actor, artifact_id: str, *, expected_state_version: i
         )
         if touched != 1:
             raise Conflict(f"artifact {artifact.pk} is no longer stored")
-        _hook("accept.before_commit")
+        crash_point("artifact.accept_before_commit")
     artifact.refresh_from_db()
     return artifact
 

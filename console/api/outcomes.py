@@ -3,28 +3,24 @@ call one runtime service and serialise."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.http import FileResponse
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import parsers, serializers
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from console.api.auth import actor_of
-from console.api.idempotency import _body_hash, idempotent
+from console.api.idempotency import idempotent
 from console.api.parsers import text_problem
 from console.api.serializers import Int, iso, parse
 from console.api.views import ApiView, task_body
 from runtime import artifacts, checks, completion
 from runtime.errors import InvalidInput, PayloadTooLarge
-from runtime.idempotent_requests import Replay, request_abandon, request_begin, request_finish_txn
 from runtime.models import Artifact, CheckResult
 
 JSON = OpenApiTypes.OBJECT
@@ -90,14 +86,11 @@ class CompleteTaskIn(serializers.Serializer):
 
 
 class TaskComplete(ApiView):
+    # Not inside the request's transaction: completion runs the checks first, and checkers
+    # read storage. Completing again is harmless (a succeeded task is returned unchanged).
     @extend_schema(request=CompleteTaskIn, responses={200: JSON})
+    @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
-        # Not wrapped in the request's transaction: completion runs the checks first, and
-        # checkers read storage, which never happens inside a transaction. The stored response
-        # commits on its own once the decision committed.
-        return _keyed(request, lambda: self._complete(request, task_id))
-
-    def _complete(self, request: Request, task_id: str) -> Response:
         data = parse(CompleteTaskIn, request.data or {})
         task = completion.task_complete(
             actor_of(request), task_id, if_unresolved=data["if_unresolved"]
@@ -112,18 +105,11 @@ class TaskChecks(ApiView):
         return Response({"checks": [check_out(s) for s in states]})
 
     @extend_schema(request=None, responses={200: JSON})
+    @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
         """Run the task's required checks now on its current artifacts."""
-        return _keyed(
-            request,
-            lambda: Response(
-                {
-                    "checks": [
-                        check_out(s) for s in checks.task_checks_run(actor_of(request), task_id)
-                    ]
-                }
-            ),
-        )
+        states = checks.task_checks_run(actor_of(request), task_id)
+        return Response({"checks": [check_out(s) for s in states]})
 
 
 class TaskArtifacts(ApiView):
@@ -137,22 +123,26 @@ class TaskArtifacts(ApiView):
             {"artifacts": [artifact_out(a, artifacts.verification_of(a, history)) for a in rows]}
         )
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # Refuse an oversized body before anything reads it (the multipart parser would spool
+        # it to disk first).
+        raw = str(request.META.get("CONTENT_LENGTH") or "0")
+        declared = int(raw) if raw.isdigit() else 0
+        if request.method == "POST" and declared > settings.ARTIFACT_MAX_BYTES + 64 * 1024:
+            raise PayloadTooLarge(
+                f"the artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes"
+            )
+
+    # Not inside the request's transaction: the bytes go to storage between the stage commits.
     @extend_schema(
         request={"multipart/form-data": JSON},
         responses={201: JSON},
         description="multipart: file, name, media_type; optional operation, inputs, "
         "input_digests (comma-separated)",
     )
+    @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
-        # Refuse an oversized body before reading it (the multipart parser would spool it).
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-        if declared > settings.ARTIFACT_MAX_BYTES + 64 * 1024:
-            raise PayloadTooLarge(
-                f"the artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes"
-            )
-        return _keyed(request, lambda: self._upload(request, task_id))
-
-    def _upload(self, request: Request, task_id: str) -> Response:
         upload = request.FILES.get("file")
         if upload is None:
             raise InvalidInput("file is required (multipart/form-data)")
@@ -242,37 +232,3 @@ class ArtifactProvenance(ApiView):
                 content_disposition_header(True, f"{artifact.name}.intoto.json") or ""
             )
         return response
-
-
-def _keyed(request: Request, handler: Any) -> Response:
-    """``Idempotency-Key`` for handlers that must not run inside a transaction (they call
-    storage or checkers): claim the key, run the handler (its services commit on their own),
-    then store the response in a short transaction of its own. A process that dies in between
-    leaves the key in progress until it is abandoned; the work it did is reconciled (uploads)
-    or is a read (checks) or refuses a second run (completion)."""
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return handler()  # type: ignore[no-any-return]
-    claimed = request_begin(
-        principal=actor_of(request).key,
-        key=key,
-        method=request.method or "POST",
-        path=request.path,
-        body_hash=_body_hash(request),
-    )
-    if isinstance(claimed, Replay):
-        replay = Response(claimed.body, status=claimed.status)
-        replay["Idempotent-Replayed"] = "true"
-        return replay
-    try:
-        response: Response = handler()
-    except BaseException:
-        request_abandon(claimed)
-        raise
-    if 200 <= response.status_code < 300:
-        body = json.loads(JSONRenderer().render(response.data) or b"null")
-        with transaction.atomic():
-            request_finish_txn(claimed, response.status_code, body)
-    else:
-        request_abandon(claimed)
-    return response

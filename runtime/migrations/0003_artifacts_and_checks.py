@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0001_initial'),
+        ('runtime', '0002_lease_token'),
     ]
 
     operations = [

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from runtime import artifact_store as store
 from runtime import artifacts
+from runtime.crashpoints import crash_point_installed
 from runtime.errors import (
     InvalidInput,
     PayloadTooLarge,
@@ -109,8 +110,7 @@ def test_bytes_that_do_not_verify_after_the_write_fail_the_upload(fs_artifacts, 
             if path.is_file():
                 path.write_bytes(b"what was SENT")
 
-    monkeypatch.setitem(artifacts.HOOKS, "upload.after_put", corrupt)
-    with pytest.raises(StorageUnavailable):
+    with crash_point_installed("artifact.after_put", corrupt), pytest.raises(StorageUnavailable):
         upload(alice, task, b"what was sent")
     row = Artifact.objects.get(task=task)
     assert row.status == "failed" and "do not match" in row.status_reason
@@ -205,8 +205,7 @@ def test_two_concurrent_acceptances_at_one_version_have_one_winner(fs_artifacts)
         finally:
             connection.close()
 
-    artifacts.HOOKS["accept.before_commit"] = hold
-    try:
+    with crash_point_installed("artifact.accept_before_commit", hold):
         a = threading.Thread(target=accept, args=(first.pk,), name="first")
         a.start()
         assert inside.wait(30)
@@ -225,8 +224,6 @@ def test_two_concurrent_acceptances_at_one_version_have_one_winner(fs_artifacts)
         release.set()
         a.join(30)
         b.join(30)
-    finally:
-        artifacts.HOOKS.pop("accept.before_commit", None)
     assert outcomes["first"] == "accepted"
     assert isinstance(outcomes["second"], TransitionRejected), outcomes
     assert Artifact.objects.get(pk=second.pk).status == "stored"

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime import artifacts, checks, completion
+from runtime.crashpoints import crash_point_installed
 from runtime.errors import CompletionRefused, InvalidInput, TaskRefused, UnknownChecker
 from runtime.models import CheckResult, Task
 from runtime.statemachine import operation_transition_txn
@@ -326,8 +327,7 @@ def test_a_replacement_committing_during_completion_refuses_success(fs_artifacts
         finally:
             connection.close()
 
-    artifacts.HOOKS["accept.before_commit"] = hold
-    try:
+    with crash_point_installed("artifact.accept_before_commit", hold):
         a = threading.Thread(target=accept)
         a.start()
         assert inside.wait(30)
@@ -346,8 +346,6 @@ def test_a_replacement_committing_during_completion_refuses_success(fs_artifacts
         release.set()
         a.join(30)
         c.join(30)
-    finally:
-        artifacts.HOOKS.pop("accept.before_commit", None)
     assert outcome["accept"] == "accepted"
     refused = outcome["complete"]
     assert isinstance(refused, CompletionRefused), refused
