@@ -24,8 +24,8 @@ from django.utils import timezone
 
 from runtime import artifact_store as store
 from runtime.actors import Actor
-from runtime.artifacts import artifacts_current
-from runtime.errors import InvalidInput, UnknownChecker
+from runtime.artifacts import artifacts_current, may_write
+from runtime.errors import InvalidInput, NotAuthorized, UnknownChecker
 from runtime.events import event_append_txn
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
 from runtime.tasks import task_get
@@ -381,9 +381,12 @@ def task_checks_run(actor: Actor, task_id: str, *, only_missing: bool = False) -
     """Run the task's required checks on its current manifest and record each result; with
     ``only_missing``, checks that already count are not run again.
 
-    Preconditions: the actor may see the task. No transaction may be open (checkers read
-    storage); each result commits on its own with its journal event."""
+    Preconditions: the actor is the task's agent or an admin (running a check writes results
+    and may propose an operation). No transaction may be open (checkers read storage); each
+    result commits on its own with its journal event."""
     task = task_get(actor, task_id)
+    if not may_write(actor, task):
+        raise NotAuthorized("only the task's agent or an admin may run its checks")
     manifest = artifacts_current(task_id)
     states: list[CheckState] = []
     for state in check_states(task_id):

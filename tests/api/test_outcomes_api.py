@@ -244,3 +244,15 @@ def test_a_large_upload_over_a_real_socket_round_trips(transactional_db, tmp_pat
 
 def factories_task_id(owner) -> str:
     return str(factories.task(owner).pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_running_checks_is_for_the_agent_or_an_admin(fs_artifacts):
+    alice = factories.agent()
+    task = post_json(alice.client(), "/api/v1/tasks", {"name": "t", "required_checks": CHECKS})
+    task_id = task.json()["id"]
+    operator = factories.console_user("operator").client()
+    assert operator.get(f"/api/v1/tasks/{task_id}/checks").status_code == 200
+    assert_error(operator.post(f"/api/v1/tasks/{task_id}/checks"), 403, "not_authorized")
+    ran = alice.client().post(f"/api/v1/tasks/{task_id}/checks").json()["checks"]
+    assert [(c["name"], c["result"]) for c in ran] == [("present", "failed"), ("shape", "failed")]
