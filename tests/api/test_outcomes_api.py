@@ -238,6 +238,21 @@ def test_a_large_upload_over_a_real_socket_round_trips(transactional_db, tmp_pat
             assert down.status_code == 200
             assert down.content == data
             assert down.headers["content-disposition"] == 'attachment; filename="big.bin"'
+            # A malformed multipart body is the contract's 400, not a bare one.
+            bad = http.post(
+                f"/api/v1/tasks/{task}/artifacts",
+                content=b'--xyz\r\nContent-Disposition: form-data; name="file"\r\n\r\nno end',
+                headers={"Content-Type": "multipart/form-data; boundary=xyz"},
+            )
+            assert bad.status_code == 400, bad.text
+            assert set(bad.json()["error"]) >= {"code", "message"}
+            missing = http.post(
+                f"/api/v1/tasks/{task}/artifacts",
+                content=b"garbage",
+                headers={"Content-Type": "multipart/form-data"},
+            )
+            assert missing.status_code == 400, missing.text
+            assert "error" in missing.json()
     finally:
         server.stop()
 
