@@ -15,7 +15,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from console.daphne_compat import twisted_form_parsing_off  # noqa: E402
 from console.web.routing import websocket_urlpatterns  # noqa: E402
+
+# Uploads reach Django unparsed and streamed; malformed ones get the API's error body.
+twisted_form_parsing_off()
 
 application = ProtocolTypeRouter(
     {

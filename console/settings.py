@@ -212,6 +212,8 @@ if os.environ.get("S3_BUCKET"):
         "OPTIONS": {
             "bucket_name": os.environ["S3_BUCKET"],
             "endpoint_url": os.environ.get("S3_ENDPOINT_URL") or None,
+            "region_name": os.environ.get("S3_REGION") or None,
+            "file_overwrite": False,
         },
     }
 else:
@@ -221,8 +223,37 @@ else:
     }
 STORAGES = {
     "default": _default_storage,
+    # Artifact bytes under their content address (runtime/artifact_store.py).
+    "artifacts": _default_storage
+    if os.environ.get("S3_BUCKET")
+    else {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ.get("ARTIFACT_ROOT") or str(MEDIA_ROOT / "artifacts")},
+    },
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+
+# Artifacts and completion checks.
+ARTIFACT_MAX_BYTES = _env_int("ARTIFACT_MAX_BYTES", 100 * 1024 * 1024)
+ARTIFACT_MEDIA_TYPES = [
+    m.strip()
+    for m in os.environ.get(
+        "ARTIFACT_MEDIA_TYPES",
+        "text/plain,text/markdown,text/csv,application/json,application/pdf,"
+        "application/octet-stream,application/zip,application/gzip,"
+        "image/png,image/jpeg,image/gif,image/webp",
+    ).split(",")
+    if m.strip()
+]
+# Never-accepted uploads of ended tasks, and stored bytes nothing references, are reclaimed
+# after this long; uploads still staged after the grace are recovered or marked failed.
+ARTIFACT_RETENTION_SECONDS = _env_int("ARTIFACT_RETENTION_SECONDS", 24 * 3600)
+ARTIFACT_STAGING_GRACE_SECONDS = _env_int("ARTIFACT_STAGING_GRACE_SECONDS", 600)
+ARTIFACT_RECONCILE_SECONDS = _env_int("ARTIFACT_RECONCILE_SECONDS", 300)
+CHECK_TIMEOUT_SECONDS = float(os.environ.get("CHECK_TIMEOUT_SECONDS") or 10.0)
+CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
+# Recorded in every artifact's provenance.
+CODE_VERSION = os.environ.get("CODE_VERSION", "agent-console 0.1.0")
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"

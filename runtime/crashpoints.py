@@ -22,6 +22,8 @@ POINTS = frozenset(
         "sweep.after_read",  # the sweeper read an expired lease, not yet taken it over
         "resolve.after_lookup",  # a lookup resolution asked the receiver, no transaction open
         "cancel.after_lock",  # cancel/fail locked the task's live operations, not yet the task
+        "artifact.after_put",  # an upload wrote its bytes, not yet read them back
+        "artifact.accept_before_commit",  # an acceptance bumped the task's version, uncommitted
     }
 )
 

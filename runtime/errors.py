@@ -105,3 +105,39 @@ class NotImplementedRoute(DomainError):
 
     status = 501
     code = "not_implemented"
+
+
+class PayloadTooLarge(DomainError):
+    """The upload is larger than the configured limit."""
+
+    status = 413
+    code = "artifact_too_large"
+
+
+class UnsupportedMediaType(DomainError):
+    """The media type is not one the configuration allows."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
+class StorageUnavailable(DomainError):
+    """The artifact storage could not be reached or did not keep the bytes."""
+
+    status = 503
+    code = "storage_unavailable"
+
+
+class UnknownChecker(InvalidInput):
+    """No completion checker is registered under that name."""
+
+    code = "unknown_checker"
+
+
+class CompletionRefused(Conflict):
+    """The task cannot succeed yet: a required check has not passed on the current artifacts, or
+    covered work is still running, waiting or unresolved. ``details`` names them."""
+
+    code = "completion_refused"
+    # The reasons (which checks, which operations) are part of the answer to the caller.
+    public_details = True

@@ -91,6 +91,13 @@ def can_cancel(actor: Actor, task: Task) -> None:
     raise NotAuthorized("only the task's agent or an admin may stop it")
 
 
+def can_write_outcomes(actor: Actor, task: Task) -> None:
+    """Artifacts, checks and completion: the task's owner, or an admin."""
+    if _owns(actor, task) or fresh(actor).has_role(ROLE_ADMIN):
+        return
+    raise NotAuthorized("only the task's agent or an admin may change its outcomes")
+
+
 def can_resolve(actor: Actor) -> None:
     if not (actor.kind == "user" and fresh(actor).has_role(ROLE_SUPPORT)):
         raise NotAuthorized("only support staff may resolve operations")

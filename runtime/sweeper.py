@@ -5,23 +5,36 @@ the record."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 
+from runtime.artifacts import artifact_reconcile, reconcile_due
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
 
 log = logging.getLogger(__name__)
 
 
+_last_reconcile: list[datetime] = []
+
+
 def sweep_once() -> dict[str, int]:
     now = timezone.now()
-    return {
+    counts = {
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
         "broker_purged": embedded_broker_purge(),
     }
+    if reconcile_due(now, _last_reconcile[-1] if _last_reconcile else None):
+        # Listing storage is not free: artifacts are reconciled every ARTIFACT_RECONCILE_SECONDS.
+        _last_reconcile[:] = [now]
+        try:
+            counts.update({f"artifacts_{k}": v for k, v in artifact_reconcile(now).items()})
+        except Exception:
+            log.warning("artifact reconciliation failed; retried next time", exc_info=True)
+    return counts
 
 
 def embedded_broker_purge() -> int:

@@ -48,6 +48,9 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
         0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
     ):
         raise InvalidInput(f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}")
+    from runtime.checks import required_checks_create_txn, required_checks_validate
+
+    checks = required_checks_validate(spec.required_checks)
     now = timezone.now()
     with transaction.atomic():
         task = Task.objects.create(
@@ -61,6 +64,7 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
             compensate_on=sorted(set(spec.compensate_on)),
         )
         attempt = Attempt.objects.create(task=task, number=1)
+        required_checks_create_txn(task, checks)
         Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
         task.current_attempt = attempt
         event_append_txn(

@@ -401,3 +401,102 @@ def _rate_limit_counters() -> Iterator[None]:
     # Failed logins and tokens of one test must not use up the next test's attempts.
     rate_limits_clear()
     yield
+
+
+# --- artifact storage backends ------------------------------------------------------------
+
+
+@dataclass
+class MotoServer:
+    """moto's S3 in server mode, a process of its own spoken to over real HTTP."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    server = MotoServer(f"http://127.0.0.1:{port}", proc)
+
+    def up() -> bool:
+        try:
+            server.client().list_buckets()
+            return True
+        except Exception:
+            return False
+
+    try:
+        wait_for(up, timeout=60, what=f"moto server:\n{log.read_text()[-2000:]}")
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+_bucket_n = iter(range(1, 1_000_000))
+
+
+def s3_storage_settings(server: MotoServer) -> dict[str, Any]:
+    bucket = f"artifacts-{os.getpid()}-{next(_bucket_n)}"
+    server.client().create_bucket(Bucket=bucket)
+    return {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": bucket,
+            "endpoint_url": server.url,
+            "access_key": "test",
+            "secret_key": "test",
+            "region_name": "us-east-1",
+            "file_overwrite": False,
+        },
+    }
+
+
+@pytest.fixture
+def fs_artifacts(settings: Any, tmp_path: Path) -> Path:
+    """Artifacts on the filesystem under this test's own directory."""
+    root = tmp_path / "artifacts"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(root)},
+        },
+    }
+    return root
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def artifact_backend(request: pytest.FixtureRequest, settings: Any, tmp_path: Path) -> str:
+    """Each test runs once on the filesystem and once on S3 (moto over HTTP)."""
+    if request.param == "s3":
+        backend = s3_storage_settings(request.getfixturevalue("moto_server"))
+    else:
+        backend = {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "artifacts")},
+        }
+    settings.STORAGES = {**settings.STORAGES, "artifacts": backend}
+    return str(request.param)

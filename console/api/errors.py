@@ -54,10 +54,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None:
             headers["Retry-After"] = str(retry_after)
+        extra = exc.details if getattr(exc, "public_details", False) else {}
+        if "field" in exc.details:
+            extra = {**extra, "field": exc.details.get("field")}
         return Response(
-            error_body(exc.code, exc.message, field=exc.details.get("field")),
-            status=exc.status,
-            headers=headers,
+            error_body(exc.code, exc.message, **extra), status=exc.status, headers=headers
         )
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=404)

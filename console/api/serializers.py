@@ -117,7 +117,7 @@ class CompleteIn(serializers.Serializer):
 # Fields of the contract (API.md) that nothing honours yet: refused by name, never accepted
 # and dropped. A feature that starts honouring a field removes it here.
 NOT_SUPPORTED_YET: dict[str, tuple[str, ...]] = {
-    "TaskIn": ("budget", "required_checks", "parent"),
+    "TaskIn": ("budget", "parent"),
     "OperationIn": ("estimate", "approval_timeout_seconds"),
     "CompleteIn": ("usage",),
 }

@@ -1,6 +1,6 @@
 from django.urls import path, register_converter
 
-from console.api import control, views
+from console.api import control, outcomes, views
 
 
 class IdConverter:
@@ -47,22 +47,38 @@ urlpatterns = [
         control.OperationResolve.as_view(),
         name="api-operation-resolve",
     ),
+    path("tasks/<id:task_id>/complete", outcomes.TaskComplete.as_view(), name="api-task-complete"),
+    path("tasks/<id:task_id>/checks", outcomes.TaskChecks.as_view(), name="api-task-checks"),
+    path(
+        "tasks/<id:task_id>/artifacts", outcomes.TaskArtifacts.as_view(), name="api-task-artifacts"
+    ),
+    path("artifacts/<id:artifact_id>", outcomes.ArtifactDetail.as_view(), name="api-artifact"),
+    path(
+        "artifacts/<id:artifact_id>/accept",
+        outcomes.ArtifactAccept.as_view(),
+        name="api-artifact-accept",
+    ),
+    path(
+        "artifacts/<id:artifact_id>/content",
+        outcomes.ArtifactContent.as_view(),
+        name="api-artifact-content",
+    ),
+    path(
+        "artifacts/<id:artifact_id>/provenance",
+        outcomes.ArtifactProvenance.as_view(),
+        name="api-artifact-provenance",
+    ),
     # Planned routes of the contract: 501 until built (each feature replaces its line).
     *[
         path(route, control.NotImplementedYet.as_view(), name=f"api-planned-{n}")
         for n, route in enumerate(
             (
                 "tasks/<id:task_id>/attempts",
-                "tasks/<id:task_id>/complete",
-                "tasks/<id:task_id>/checks",
                 "tasks/<id:task_id>/signals",
                 "tasks/<id:task_id>/pause",
                 "tasks/<id:task_id>/resume",
                 "tasks/<id:task_id>/steer",
                 "tasks/<id:task_id>/budget",
-                "tasks/<id:task_id>/artifacts",
-                "artifacts/<id:artifact_id>/accept",
-                "artifacts/<id:artifact_id>/content",
                 "approvals",
                 "approvals/decisions",
                 "approvals/<id:approval_id>/decision",

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import auth, support, tokens, views
+from console.web import auth, outcomes, support, tokens, views
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(), name="login"),
@@ -15,6 +15,11 @@ urlpatterns = [
     path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
     path("tokens/", tokens.token_page, name="tokens"),
     path("tokens/<str:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
+    path(
+        "tasks/<str:task_id>/outcomes",
+        outcomes.task_outcomes_fragment,
+        name="task-outcomes-fragment",
+    ),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
     path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),

@@ -136,6 +136,9 @@ def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     context["events"] = [_timeline_entry(e) for e in events]
     context["last_seq"] = events[-1].seq if events else 0
     context["input_text"] = json_text(context["task"].input)
+    from console.web.outcomes import outcomes_context
+
+    context.update(outcomes_context(actor, task_id))
     return render(request, "console/task_detail.html", context)
 
 

@@ -1,3 +1,4 @@
+from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
 from runtime.models.events import Event
 from runtime.models.operations import (
     Execution,
@@ -14,8 +15,11 @@ from runtime.models.tasks import Attempt, Task, TaskCount
 __all__ = [
     "Agent",
     "ApiToken",
+    "Artifact",
+    "ArtifactStatus",
     "Attempt",
     "AuditRecord",
+    "CheckResult",
     "Event",
     "Execution",
     "IdempotentRequest",
@@ -24,6 +28,7 @@ __all__ = [
     "OutboxMessage",
     "RateCounter",
     "RejectedObservation",
+    "RequiredCheck",
     "Resolution",
     "Task",
     "TaskCount",

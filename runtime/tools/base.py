@@ -108,7 +108,7 @@ def register(adapter: ToolAdapter) -> ToolAdapter:
 
 def _load() -> None:
     # Importing the modules registers their adapters.
-    from runtime.tools import demo  # noqa: F401
+    from runtime.tools import checks, demo  # noqa: F401
 
 
 def adapters() -> dict[str, ToolAdapter]:

@@ -18,8 +18,6 @@ pytestmark = pytest.mark.django_db
     [
         ("budget", {"cost_cents": 100}),
         ("budget", {}),
-        ("required_checks", [{"name": "c", "checker": "artifact_present", "config": {}}]),
-        ("required_checks", []),
         ("parent", "tsk_x"),
     ],
 )
@@ -81,16 +79,11 @@ def test_null_means_absent_for_an_optional_field():
     ("method", "path"),
     [
         ("post", "/api/v1/tasks/{task}/attempts"),
-        ("post", "/api/v1/tasks/{task}/complete"),
-        ("get", "/api/v1/tasks/{task}/checks"),
         ("post", "/api/v1/tasks/{task}/signals"),
         ("post", "/api/v1/tasks/{task}/pause"),
         ("post", "/api/v1/tasks/{task}/resume"),
         ("post", "/api/v1/tasks/{task}/steer"),
         ("get", "/api/v1/tasks/{task}/budget"),
-        ("post", "/api/v1/tasks/{task}/artifacts"),
-        ("post", "/api/v1/artifacts/art_1/accept"),
-        ("get", "/api/v1/artifacts/art_1/content"),
         ("get", "/api/v1/approvals"),
         ("post", "/api/v1/approvals/decisions"),
         ("post", "/api/v1/approvals/apr_1/decision"),

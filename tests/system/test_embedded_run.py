@@ -143,6 +143,30 @@ def test_runstack_runs_an_operation_end_to_end_and_stops_cleanly_on_sigint(tmp_p
             assert types[0] == "task.created"
             assert "operation.succeeded" in types
 
+            # Outcomes in embedded mode: rows in SQLite, bytes on the filesystem in the data dir.
+            report = b'{"greeting": "hello"}'
+            made = client.post(
+                f"/api/v1/tasks/{task_id}/artifacts",
+                files={"file": ("r.json", report, "application/json")},
+                data={"name": "report.json", "media_type": "application/json", "operation": op_id},
+                headers=headers,
+            )
+            assert made.status_code == 201, made.text
+            version = client.get(f"/api/v1/tasks/{task_id}", headers=headers).json()
+            accepted = client.post(
+                f"/api/v1/artifacts/{made.json()['id']}/accept",
+                json={"expected_state_version": version["state_version"]},
+                headers=headers,
+            )
+            assert accepted.status_code == 200, accepted.text
+            done = client.post(f"/api/v1/tasks/{task_id}/complete", json={}, headers=headers)
+            assert done.status_code == 200, done.text
+            assert done.json()["outcome"] == "succeeded"
+            content = client.get(f"/api/v1/artifacts/{made.json()['id']}/content", headers=headers)
+            assert content.content == report
+            stored = list((data_dir / "media" / "artifacts" / "sha256").rglob("*"))
+            assert [p.read_bytes() for p in stored if p.is_file()] == [report]
+
         started = _session_members(stack.pid)
         commands = " ".join(cmd for _, cmd in started)
         assert "daphne" in commands and " worker " in commands and " beat " in commands, started

@@ -1,0 +1,188 @@
+"""Artifact bytes behind django-storages (the ``artifacts`` storage: the filesystem in embedded
+mode, S3 through boto3 when configured). Keys are content addresses (``sha256/ab/abcd...``), so
+the same bytes are stored once and a key can never name other bytes. Every function here is a
+remote call: callers hold no database transaction while they run.
+
+Bytes are only ever streamed in chunks (hashing, writing, verifying, serving): an artifact
+larger than memory passes through untouched."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from django.core.files import File
+from django.core.files.storage import Storage, storages
+
+CHUNK = 1024 * 1024
+PREFIX = "sha256/"
+
+
+class ContentMissing(Exception):
+    """The storage holds no object under the key."""
+
+
+def artifact_storage() -> Storage:
+    return storages["artifacts"]
+
+
+def content_key(hexdigest: str) -> str:
+    return f"{PREFIX}{hexdigest[:2]}/{hexdigest}"
+
+
+def hex_of(digest: str) -> str:
+    return digest.split(":", 1)[1] if ":" in digest else digest
+
+
+@dataclass(frozen=True)
+class Measured:
+    hexdigest: str
+    size: int
+
+    @property
+    def digest(self) -> str:
+        return f"sha256:{self.hexdigest}"
+
+
+class TooLarge(Exception):
+    pass
+
+
+def measure(chunks: Iterable[bytes], *, limit: int | None = None) -> Measured:
+    """sha256 and size of a stream, chunk by chunk; ``TooLarge`` as soon as it passes ``limit``."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise TooLarge(f"more than {limit} bytes")
+        digest.update(chunk)
+    return Measured(digest.hexdigest(), size)
+
+
+def file_chunks(fileobj: IO[bytes], chunk_size: int = CHUNK) -> Iterator[bytes]:
+    fileobj.seek(0)
+    while True:
+        chunk = fileobj.read(chunk_size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _s3(storage: Storage) -> Any | None:
+    """The boto3 client when the storage is django-storages' S3 backend, else None."""
+    if not hasattr(storage, "bucket_name"):
+        return None
+    return storage.connection.meta.client  # type: ignore[attr-defined]
+
+
+def _s3_key(storage: Any, key: str) -> str:
+    from storages.utils import clean_name
+
+    return str(storage._normalize_name(clean_name(key)))
+
+
+def content_put(key: str, fileobj: IO[bytes], *, measured: Measured, media_type: str) -> bool:
+    """Store ``fileobj`` under its content address. True if this call wrote it, False if the
+    bytes were already there (content addressing makes that a success, not a conflict).
+
+    On S3 the write is conditional (``If-None-Match: *``: never overwrite a key) and carries the
+    sha256, so the server itself refuses bytes that do not match the digest."""
+    storage = artifact_storage()
+    client = _s3(storage)
+    fileobj.seek(0)
+    if client is not None:
+        from botocore.exceptions import ClientError
+
+        try:
+            client.put_object(
+                Bucket=storage.bucket_name,  # type: ignore[attr-defined]
+                Key=_s3_key(storage, key),
+                Body=fileobj,
+                ContentType=media_type,
+                ContentLength=measured.size,
+                IfNoneMatch="*",
+                ChecksumSHA256=base64.b64encode(bytes.fromhex(measured.hexdigest)).decode(),
+            )
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status in (409, 412):  # someone stored these bytes first
+                return False
+            raise
+        return True
+    if storage.exists(key):
+        return False
+    # FileSystemStorage creates the file exclusively: a concurrent writer of the same key gets
+    # another name back, which here means "already stored".
+    saved = storage.save(key, File(fileobj, name=key))
+    if saved != key:
+        storage.delete(saved)
+        return False
+    return True
+
+
+def content_chunks(key: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    storage = artifact_storage()
+    try:
+        handle = storage.open(key, "rb")
+    except FileNotFoundError as exc:
+        raise ContentMissing(key) from exc
+    with handle:
+        while True:
+            chunk = handle.read(chunk_size)
+            if not chunk:
+                return
+            yield chunk
+
+
+def content_verify(key: str, measured: Measured) -> str | None:
+    """Read the stored object back, streamed, and compare size and digest. None when they match,
+    else why not."""
+    try:
+        found = measure(content_chunks(key))
+    except ContentMissing:
+        return "nothing is stored under the key"
+    if found.size != measured.size:
+        return f"stored size {found.size} differs from the uploaded {measured.size}"
+    if found.hexdigest != measured.hexdigest:
+        return "stored bytes do not match the uploaded digest"
+    return None
+
+
+def content_open(key: str) -> IO[bytes]:
+    try:
+        return artifact_storage().open(key, "rb")  # type: ignore[no-any-return]
+    except FileNotFoundError as exc:
+        raise ContentMissing(key) from exc
+
+
+def content_delete(key: str) -> None:
+    artifact_storage().delete(key)
+
+
+def content_listing() -> Iterator[tuple[str, datetime]]:
+    """Every stored content key with its last modification time (for reconciliation)."""
+    storage = artifact_storage()
+    client = _s3(storage)
+    if client is not None:
+        prefix = _s3_key(storage, PREFIX)
+        base = prefix[: -len(PREFIX)] if prefix.endswith(PREFIX) else ""
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=storage.bucket_name,  # type: ignore[attr-defined]
+            Prefix=prefix,
+        )
+        for page in pages:
+            for entry in page.get("Contents", ()):
+                yield entry["Key"][len(base) :], entry["LastModified"]
+        return
+    root = storage.path(PREFIX)
+    for folder, _dirs, files in os.walk(root):
+        for filename in files:
+            full = os.path.join(folder, filename)
+            key = PREFIX + os.path.relpath(full, root).replace(os.sep, "/")
+            yield key, datetime.fromtimestamp(os.path.getmtime(full), tz=UTC)

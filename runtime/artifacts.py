@@ -1,0 +1,456 @@
+"""Artifacts: the bytes a task retains, through three stages.
+
+``staged``: the row (intent, provenance, and, before any byte is written, the content address)
+commits first, so a crash at any later point leaves something the reconciler can find.
+``stored``: the bytes were written under their sha256 address and read back, streamed, with the
+same size and digest. ``accepted``: the task's manifest entry for the name, committed only if the
+task's ``state_version`` is the one the caller expected; accepting a name again supersedes the
+previous entry and makes the checks made on it stale.
+
+Storage calls never run inside a database transaction: each stage commits on its own."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runtime import artifact_store as store
+from runtime.actors import Actor
+from runtime.crashpoints import crash_point
+from runtime.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    StorageUnavailable,
+    TaskRefused,
+    TransitionRejected,
+    UnsupportedMediaType,
+)
+from runtime.events import event_append_txn
+from runtime.models import Artifact, ArtifactStatus, CheckResult, Operation, Task
+from runtime.policy import allowed, can_write_outcomes, task_scope
+from runtime.statemachine import task_transition_txn
+from runtime.tasks import task_get
+from runtime.transitions import TaskCondition
+
+A = ArtifactStatus
+
+# --- names and media types ----------------------------------------------------------------
+
+_BIDI = {"\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"}
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def artifact_name_clean(raw: str) -> str:
+    """A name is a label, never a path (bytes live under their digest). Refuse what could trick a
+    person or a file system later: control and bidi-override characters, path separators,
+    ``.``/``..``, leading dots or dashes. Pure."""
+    name = unicodedata.normalize("NFC", raw.strip())
+    if not name:
+        raise InvalidInput("name must not be empty")
+    if len(name) > 200:
+        raise InvalidInput("name is longer than 200 characters")
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or ch in _BIDI for ch in name):
+        raise InvalidInput("name must not contain control or formatting characters")
+    if "/" in name or "\\" in name:
+        raise InvalidInput("name must not contain path separators")
+    if name in (".", "..") or name.startswith((".", "-")):
+        raise InvalidInput("name must not start with a dot or a dash")
+    return name
+
+
+def media_type_clean(raw: str) -> str:
+    """The base media type, lower case, if the configuration allows it. Pure."""
+    base = raw.split(";", 1)[0].strip().lower()
+    if not base:
+        raise InvalidInput("media_type is required")
+    allowed = [m.lower() for m in settings.ARTIFACT_MEDIA_TYPES]
+    if base not in allowed:
+        raise UnsupportedMediaType(f"media type {base!r} is not allowed here")
+    return base
+
+
+def may_write(actor: Actor, task: Task) -> bool:
+    return allowed(can_write_outcomes, actor, task)
+
+
+def _authorize_write(actor: Actor, task: Task) -> None:
+    can_write_outcomes(actor, task)
+
+
+# --- upload: staged -> stored ---------------------------------------------------------------
+
+
+@dataclass
+class UploadSpec:
+    name: str
+    media_type: str
+    operation_id: str | None = None
+    # Provenance: artifacts of this task the content was made from, and other input digests.
+    inputs: list[str] = field(default_factory=list)
+    input_digests: list[str] = field(default_factory=list)
+
+
+def _provenance(task: Task, spec: UploadSpec) -> dict[str, Any]:
+    operation = None
+    if spec.operation_id:
+        operation = Operation.objects.filter(pk=spec.operation_id, task=task).first()
+        if operation is None:
+            raise InvalidInput("operation is not an operation of this task")
+    inputs: list[dict[str, str]] = []
+    for artifact_id in spec.inputs:
+        source = Artifact.objects.filter(pk=artifact_id, task=task).exclude(digest="").first()
+        if source is None:
+            raise InvalidInput(f"input {artifact_id} is not a stored artifact of this task")
+        inputs.append({"name": source.name, "artifact": source.pk, "digest": source.digest})
+    for digest in spec.input_digests:
+        if not _DIGEST.match(digest):
+            raise InvalidInput("input digests are written sha256:<64 hex digits>")
+        inputs.append({"digest": digest})
+    return {
+        "operation": operation,
+        "attempt_id": operation.attempt_id if operation else task.current_attempt_id,
+        "execution_id": operation.execution_id if operation else None,
+        "input_digests": inputs,
+    }
+
+
+def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[bytes]) -> Artifact:
+    """Stage, store and verify an artifact of the task; returns it ``stored``.
+
+    Preconditions: the actor is the task's agent or an admin; the task has not ended;
+    ``content`` is a seekable binary file (Django's upload: on disk when large). Raises
+    ``PayloadTooLarge``/``UnsupportedMediaType``/``InvalidInput`` before anything is written,
+    ``StorageUnavailable`` when the bytes could not be stored and verified (the row is then
+    ``failed`` and the reconciler reclaims whatever reached the storage)."""
+    task = task_get(actor, task_id)
+    _authorize_write(actor, task)
+    if task.condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
+    name = artifact_name_clean(spec.name)
+    media_type = media_type_clean(spec.media_type)
+    provenance = _provenance(task, spec)
+    now = timezone.now()
+    with transaction.atomic():
+        artifact = Artifact.objects.create(
+            task=task,
+            name=name,
+            media_type=media_type,
+            operation=provenance["operation"],
+            attempt_id=provenance["attempt_id"],
+            execution_id=provenance["execution_id"],
+            code_version=settings.CODE_VERSION,
+            input_digests=provenance["input_digests"],
+            created_by=actor.label,
+        )
+        _event_txn(artifact, "artifact.staged", now, actor.label)
+    try:
+        measured = store.measure(store.file_chunks(content), limit=settings.ARTIFACT_MAX_BYTES)
+    except store.TooLarge:
+        _fail(artifact, "larger than ARTIFACT_MAX_BYTES", actor.label)
+        raise PayloadTooLarge(
+            f"the artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes"
+        ) from None
+    # The content address is recorded before any byte is written: a crash after the write
+    # leaves a staged row naming the key, which the reconciler verifies and recovers.
+    key = store.content_key(measured.hexdigest)
+    Artifact.objects.filter(pk=artifact.pk, status=A.STAGED).update(
+        digest=measured.digest, size=measured.size, storage_key=key, updated_at=timezone.now()
+    )
+    try:
+        store.content_put(key, content, measured=measured, media_type=media_type)
+        crash_point("artifact.after_put")
+        problem = store.content_verify(key, measured)
+    except Exception as exc:
+        _fail(artifact, f"storage error: {type(exc).__name__}", actor.label)
+        raise StorageUnavailable("the artifact storage did not take the bytes") from exc
+    if problem is not None:
+        _fail(artifact, problem, actor.label)
+        raise StorageUnavailable(f"the stored bytes did not verify: {problem}")
+    return _mark_stored(artifact.pk, actor.label, reason="")
+
+
+def _mark_stored(artifact_id: str, actor: str, *, reason: str) -> Artifact:
+    now = timezone.now()
+    with transaction.atomic():
+        touched = Artifact.objects.filter(pk=artifact_id, status=A.STAGED).update(
+            status=A.STORED, status_reason=reason, updated_at=now
+        )
+        artifact = Artifact.objects.get(pk=artifact_id)
+        if touched != 1:
+            raise Conflict(f"artifact {artifact_id} is {artifact.status}, not staged")
+        _event_txn(artifact, "artifact.stored", now, actor, reason=reason or None)
+    return artifact
+
+
+def _fail(artifact: Artifact, reason: str, actor: str) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        touched = Artifact.objects.filter(pk=artifact.pk, status=A.STAGED).update(
+            status=A.FAILED, status_reason=reason[:2000], updated_at=now
+        )
+        if touched:
+            artifact.status = A.FAILED
+            _event_txn(artifact, "artifact.failed", now, actor, reason=reason)
+
+
+def _event_txn(artifact: Artifact, type: str, now: datetime, actor: str, **extra: Any) -> None:
+    data: dict[str, Any] = {
+        "artifact": artifact.pk,
+        "name": artifact.name,
+        "status": artifact.status if type != "artifact.stored" else A.STORED,
+    }
+    if artifact.digest:
+        data["digest"] = artifact.digest
+    data.update({k: v for k, v in extra.items() if v is not None})
+    event_append_txn(
+        task_id=artifact.task_id,
+        type=type,
+        state_version=0,
+        now=now,
+        operation_id=artifact.operation_id,
+        actor=actor,
+        data=data,
+    )
+
+
+# --- acceptance: stored -> accepted, guarded on the task's state version --------------------
+
+
+def artifact_accept(actor: Actor, artifact_id: str, *, expected_state_version: int) -> Artifact:
+    """Make a stored artifact the task's manifest entry for its name, only if the task is still
+    at ``expected_state_version``. Raises ``TransitionRejected`` (409 state_version_mismatch)
+    otherwise, with nothing changed.
+
+    Preconditions: the actor is the task's agent or an admin. In one transaction: the task's
+    guarded version bump (its row lock serialises every acceptance and completion of the task),
+    the previous entry of the name superseded and its checks marked stale, the new entry."""
+    artifact = artifact_get(actor, artifact_id)
+    task = task_get(actor, artifact.task_id)
+    _authorize_write(actor, task)
+    if task.condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
+    if artifact.status != A.STORED:
+        raise Conflict(f"artifact {artifact.pk} is {artifact.status}; only stored can be accepted")
+    if task.state_version != expected_state_version:
+        raise TransitionRejected(
+            f"the task is at version {task.state_version}, not {expected_state_version}"
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        # A zero-row guarded UPDATE here is the refusal: a concurrent change won.
+        moved = task_transition_txn(
+            task,
+            now=now,
+            fields={},
+            event_type="artifact.accepted",
+            actor=actor.label,
+            data={"artifact": artifact.pk, "name": artifact.name, "digest": artifact.digest},
+        )
+        previous = list(
+            Artifact.objects.filter(task_id=task.pk, name=artifact.name, status=A.ACCEPTED)
+        )
+        if previous:
+            Artifact.objects.filter(pk__in=[p.pk for p in previous]).update(
+                status=A.SUPERSEDED, status_reason=f"replaced by {artifact.pk}", updated_at=now
+            )
+            CheckResult.objects.filter(subject__in=previous).update(stale=True)
+        touched = Artifact.objects.filter(pk=artifact.pk, status=A.STORED).update(
+            status=A.ACCEPTED,
+            accepted_by=actor.label,
+            accepted_state_version=moved.state_version,
+            accepted_at=now,
+            updated_at=now,
+        )
+        if touched != 1:
+            raise Conflict(f"artifact {artifact.pk} is no longer stored")
+        crash_point("artifact.accept_before_commit")
+    artifact.refresh_from_db()
+    return artifact
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def artifact_get(actor: Actor, artifact_id: str) -> Artifact:
+    """The artifact if its task is visible to the actor; NotFound otherwise."""
+    artifact = (
+        Artifact.objects.filter(task_scope(actor, "task__"), pk=artifact_id)
+        .select_related("operation", "attempt")
+        .first()
+    )
+    if artifact is None:
+        raise NotFound("no such artifact")
+    return artifact
+
+
+def artifact_list(actor: Actor, task_id: str, limit: int = 200) -> list[Artifact]:
+    task_get(actor, task_id)
+    return list(
+        Artifact.objects.filter(task_id=task_id)
+        .select_related("operation", "attempt")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def artifacts_current(task_id: str) -> dict[str, Artifact]:
+    """The task's manifest: the accepted artifact per name."""
+    rows = Artifact.objects.filter(task_id=task_id, status=A.ACCEPTED)
+    return {a.name: a for a in rows}
+
+
+def artifact_content(actor: Actor, artifact_id: str) -> tuple[Artifact, IO[bytes]]:
+    """The artifact and an open stream of its bytes (stored, accepted or superseded ones)."""
+    artifact = artifact_get(actor, artifact_id)
+    if artifact.status not in (A.STORED, A.ACCEPTED, A.SUPERSEDED):
+        raise NotFound(f"artifact {artifact.pk} has no stored content ({artifact.status})")
+    try:
+        return artifact, store.content_open(artifact.storage_key)
+    except store.ContentMissing:
+        raise NotFound("the artifact's content is no longer stored") from None
+
+
+def verification_of(artifact: Artifact, checks: list[CheckResult]) -> str:
+    """How far the artifact's bytes are verified, for labelling partial artifacts:
+    ``passed``/``failed`` from its newest current checks, else ``unverified``. Pure."""
+    mine = [c for c in checks if c.subject_id == artifact.pk and not c.stale]
+    if not mine:
+        return "unverified"
+    if any(c.result != CheckResult.PASSED for c in mine):
+        return "failed"
+    return "passed"
+
+
+def provenance_statement(artifact: Artifact) -> dict[str, Any]:
+    """An in-toto Statement (v1) with a SLSA provenance (v1) predicate for the artifact. Pure
+    given the artifact and its related rows."""
+    op = artifact.operation
+    attempt = artifact.attempt
+    external: dict[str, Any] = {"task": artifact.task_id, "name": artifact.name}
+    if op is not None:
+        external["operation"] = {
+            "id": op.pk,
+            "tool": op.tool,
+            "tool_version": op.tool_version,
+            "step": op.step,
+            "idempotency_key": op.idempotency_key,
+            "params_hash": op.params_hash,
+        }
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": artifact.name, "digest": {"sha256": store.hex_of(artifact.digest)}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://agent-console.dev/artifact/v1",
+                "externalParameters": external,
+                "internalParameters": {
+                    "attempt": {"id": attempt.pk, "number": attempt.number} if attempt else None,
+                    "media_type": artifact.media_type,
+                    "size": artifact.size,
+                },
+                "resolvedDependencies": [
+                    {
+                        "name": d.get("name") or d.get("artifact") or "input",
+                        "digest": {"sha256": store.hex_of(d["digest"])},
+                        **({"annotations": {"artifact": d["artifact"]}} if "artifact" in d else {}),
+                    }
+                    for d in artifact.input_digests
+                ],
+            },
+            "runDetails": {
+                "builder": {
+                    "id": "https://agent-console.dev/runtime",
+                    "version": {"agent-console": artifact.code_version},
+                },
+                "metadata": {
+                    "invocationId": artifact.execution_id or (op.pk if op else artifact.pk),
+                    "startedOn": _iso(artifact.created_at),
+                    "finishedOn": _iso(artifact.updated_at),
+                },
+                "byproducts": [
+                    {
+                        "name": "artifact",
+                        "annotations": {"id": artifact.pk, "stage": artifact.status},
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# --- reconciliation (the sweeper) -----------------------------------------------------------
+
+
+def artifact_reconcile(now: datetime | None = None) -> dict[str, int]:
+    """Reconcile stored bytes with the rows that reference them, under the retention policy.
+
+    - A ``staged`` row older than ``ARTIFACT_STAGING_GRACE_SECONDS`` is an upload that stopped
+      (a crash, a lost connection): when its recorded key verifies it is recovered to
+      ``stored``, otherwise it becomes ``failed``.
+    - A ``stored`` (never accepted) artifact of a task that has ended, untouched for
+      ``ARTIFACT_RETENTION_SECONDS``, is ``discarded``. Tasks still running own their uploads:
+      their artifacts are kept whatever their age.
+    - Stored content that no holding row references (failed, discarded, or never registered)
+      and older than the retention is deleted; each key is rechecked just before deletion.
+
+    Runs its storage calls outside any transaction."""
+    now = now or timezone.now()
+    grace = now - timedelta(seconds=settings.ARTIFACT_STAGING_GRACE_SECONDS)
+    retention = now - timedelta(seconds=settings.ARTIFACT_RETENTION_SECONDS)
+    counts = {"recovered": 0, "failed": 0, "discarded": 0, "deleted": 0}
+    for artifact in Artifact.objects.filter(status=A.STAGED, updated_at__lt=grace)[:200]:
+        problem = "the upload never recorded its content"
+        if artifact.storage_key:
+            problem = (
+                store.content_verify(
+                    artifact.storage_key,
+                    store.Measured(store.hex_of(artifact.digest), artifact.size or 0),
+                )
+                or ""
+            )
+        if not problem:
+            try:
+                _mark_stored(artifact.pk, "system:reconciler", reason="recovered by reconciliation")
+                counts["recovered"] += 1
+            except Conflict:
+                pass
+        else:
+            _fail(artifact, f"upload did not complete: {problem}", "system:reconciler")
+            counts["failed"] += 1
+    for artifact in Artifact.objects.filter(
+        status=A.STORED, updated_at__lt=retention, task__condition=TaskCondition.TERMINAL
+    )[:200]:
+        with transaction.atomic():
+            touched = Artifact.objects.filter(
+                pk=artifact.pk, status=A.STORED, updated_at=artifact.updated_at
+            ).update(status=A.DISCARDED, status_reason="never accepted", updated_at=now)
+            if touched:
+                artifact.status = A.DISCARDED
+                _event_txn(artifact, "artifact.discarded", now, "system:reconciler")
+                counts["discarded"] += 1
+    for key, modified in list(store.content_listing()):
+        if modified >= retention:
+            continue
+        if Artifact.objects.filter(storage_key=key, status__in=A.HOLDING).exists():
+            continue
+        store.content_delete(key)
+        counts["deleted"] += 1
+    return counts
+
+
+def reconcile_due(now: datetime, last: datetime | None) -> bool:
+    """Whether the sweeper should reconcile now (storage listings are not free). Pure."""
+    return last is None or (now - last).total_seconds() >= settings.ARTIFACT_RECONCILE_SECONDS
