@@ -142,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         ws=ContractWebSocketProtocol,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         proxy_headers=args.proxy_headers,
-        forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        # Behind a proxy (--proxy-headers), trust its X-Forwarded-* from anywhere unless
+        # FORWARDED_ALLOW_IPS narrows it (what daphne's --proxy-headers did).
+        forwarded_allow_ips=os.environ.get(
+            "FORWARDED_ALLOW_IPS", "*" if args.proxy_headers else "127.0.0.1"
+        ),
         server_header=False,
         lifespan="off",
         log_level=os.environ.get("WEB_LOG_LEVEL", "info"),

@@ -80,6 +80,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "console.urls"
+# The console's own 403 (Django's has inline style, which the Content-Security-Policy blocks).
+CSRF_FAILURE_VIEW = "console.web.views.csrf_failure"
 ASGI_APPLICATION = "console.asgi.application"
 WSGI_APPLICATION = "console.wsgi.application"
 

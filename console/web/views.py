@@ -63,6 +63,10 @@ def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpR
     return refusal(request, 403, "not_authorized", "not authorized")
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    return refusal(request, 403, "not_authorized", "the form's CSRF check failed; reload the page")
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return refusal(request, 404, "not_found", "not found")
 
