@@ -65,9 +65,19 @@ class InputEdgeMiddleware:
             return refusal(request, 400, "invalid_input", problem)
         return self.get_response(request)
 
+
+class ErrorMappingMiddleware:
+    """What page views raise (a domain refusal, a DataError the edge did not foresee) becomes a
+    4xx page through the same table as the API's errors, rather than a 500. DRF views map their
+    own errors (console.api.errors.exception_handler) before this sees them."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
     def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
-        # DRF views map their own errors; this catches what page views raise (a DataError, a
-        # domain refusal) so that they are a 4xx page rather than a 500.
         known = classify(exception)
         if known is None:
             return None

@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "console.middleware.SecurityHeadersMiddleware",
+    "console.middleware.ErrorMappingMiddleware",
     "console.middleware.InputEdgeMiddleware",
 ]
 

@@ -45,7 +45,7 @@ def console_view(view: View) -> View:
                 render(request, "console/forbidden.html", status=403).content
             )
         # Refusals (NotFound, DomainError, DataError) raised here become a 4xx page in
-        # console.middleware.InputEdgeMiddleware, the one mapping pages share with the API.
+        # console.middleware.ErrorMappingMiddleware, the one mapping pages share with the API.
         return view(request, actor, *args, **kwargs)
 
     return wrapper
