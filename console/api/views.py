@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
@@ -50,6 +51,22 @@ class ApiView(APIView):
     # Bodies go through the storable-JSON parser. (A comment, not a docstring: the schema would
     # inherit a docstring as every view's description.)
     parser_classes = PARSER_CLASSES
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # DRF reads a body without a Content-Type as no body at all: it would be dropped, not
+        # refused, so a request whose body is something else than JSON is a 415 here.
+        if _has_body(request) and not request.content_type:
+            raise UnsupportedMediaType("", detail="a request body must be application/json")
+
+
+def _has_body(request: Request) -> bool:
+    meta = request._request.META
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    return length > 0 or "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
 def _param(request: Request, name: str, max_length: int = 300) -> str | None:

@@ -92,7 +92,7 @@ def test_a_csrf_refusal_is_the_console_s_403_page(server):
         b"username=a&password=b",
         {"Content-Type": "application/x-www-form-urlencoded"},
     )
-    status, reason, headers, raw = raw_http(server.url, data)
+    status, reason, _, raw = raw_http(server.url, data)
     assert (status, reason) == (403, "Forbidden")
     # The console's page (Django's own has inline style, which the CSP would block).
     assert b"<style>" not in raw and b"not_authorized" in raw

@@ -1,5 +1,5 @@
 """``make run`` with no services: SQLite, the SQLAlchemy broker, the in-memory channel layer. The
-whole stack (web server + celery worker + beat) starts from one command, runs an operation end to end
+whole stack (web + celery worker + beat) starts from one command, runs an operation end to end
 over HTTP, and stops on Ctrl-C without leaving a process behind."""
 
 from __future__ import annotations
