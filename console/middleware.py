@@ -100,6 +100,10 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
+# Swagger UI (/api/docs/) inserts style elements at run time; its script stays 'self' only.
+DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    "style-src 'self'", "style-src 'self' 'unsafe-inline'"
+)
 PERMISSIONS_POLICY = ", ".join(
     f"{feature}=()"
     for feature in (
@@ -124,6 +128,11 @@ class SecurityHeadersMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        policy = (
+            DOCS_CONTENT_SECURITY_POLICY
+            if request.path.startswith("/api/docs/")
+            else CONTENT_SECURITY_POLICY
+        )
+        response.headers.setdefault("Content-Security-Policy", policy)
         response.headers.setdefault("Permissions-Policy", PERMISSIONS_POLICY)
         return response
