@@ -263,6 +263,8 @@ SPECTACULAR_SETTINGS = {
         "ErrorKind": ["transient", "permanent"],
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
+    # A string that may not be blank says so (minLength 1), requests and responses alike.
+    "ENFORCE_NON_BLANK_FIELDS": True,
 }
 
 LOGGING = {

@@ -62,7 +62,7 @@ class InvocationSerializer(serializers.Serializer):
     lease_generation = serializers.IntegerField()
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
-    outcome = serializers.CharField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True, allow_blank=True)
     receipt = serializers.JSONField(allow_null=True)
     provider_handle = serializers.CharField(allow_null=True)
 
