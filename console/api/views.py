@@ -56,8 +56,13 @@ class ApiView(APIView):
         super().initial(request, *args, **kwargs)
         # DRF reads a body without a Content-Type as no body at all: it would be dropped, not
         # refused, so a request whose body is something else than JSON is a 415 here.
-        if _has_body(request) and not request.content_type:
-            raise UnsupportedMediaType("", detail="a request body must be application/json")
+        if _has_body(request):
+            if not request.content_type:
+                raise UnsupportedMediaType("", detail="a request body must be application/json")
+            # Parsed even where the handler reads nothing (claim): every POST refuses a bad
+            # body the same way, before anything happens.
+            if not isinstance(request.data, dict):
+                raise InvalidInput("the body must be a JSON object")
 
 
 def _has_body(request: Request) -> bool:
