@@ -25,6 +25,9 @@ class ErrorDetailSerializer(serializers.Serializer):
     fields = serializers.DictField(  # type: ignore[assignment]
         required=False, help_text="Per-field messages of a validation error."
     )
+    field = serializers.CharField(
+        required=False, help_text="The field a not_supported_yet refusal is about."
+    )
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -129,6 +132,9 @@ class EventPageSerializer(serializers.Serializer):
 class LeaseSerializer(serializers.Serializer):
     lease_generation = serializers.IntegerField()
     lease_expires_at = serializers.DateTimeField()
+    lease_token = serializers.CharField(
+        help_text="Secret, shown once: heartbeat and complete need it with the generation."
+    )
     state_version = serializers.IntegerField()
     execution = serializers.CharField()
 
@@ -157,6 +163,7 @@ _ERROR_MEANING = {
     415: "The body is not JSON.",
     422: "The Idempotency-Key was used with another body, or the operation's key with other "
     "parameters.",
+    501: "A route of the contract that is not built yet (not_implemented).",
 }
 _READ_ERRORS = (400, 401, 403, 404, 406)
 _WRITE_ERRORS = (*_READ_ERRORS, 409, 413, 415, 422)

@@ -38,6 +38,11 @@ def _ref(content: dict) -> str:
 
 def test_every_success_body_is_a_named_component(schema):
     for path, method, op in _operations(schema):
+        if "501" in op["responses"]:
+            # A planned route (API.md) answers 501 not_implemented with the Error, and only that.
+            assert _ref(op["responses"]["501"]["content"]) == "#/components/schemas/Error"
+            assert not [k for k in op["responses"] if k.startswith("2")], path
+            continue
         successes = {k: v for k, v in op["responses"].items() if k.startswith("2")}
         assert successes, (path, method)
         for status, response in successes.items():
