@@ -232,6 +232,8 @@ REST_FRAMEWORK = {
     # infinities, runaway nesting) and duplicate keys with a 400; other media types are 415.
     # A view that takes a file upload declares the multipart parser itself.
     "DEFAULT_PARSER_CLASSES": ["console.api.parsers.JSONParser"],
+    # DRF's test client sends multipart by default, which the API refuses (415).
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

@@ -13,7 +13,7 @@ from runtime import operations
 from runtime.transitions import OperationStatus, TaskCondition, TaskOutcome
 from tests import factories
 
-pytestmark = pytest.mark.postgres
+# No postgres mark: these run on SQLite too (make pytest-embedded).
 
 METHODS = ("get", "post", "put", "patch", "delete")
 

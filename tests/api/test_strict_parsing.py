@@ -10,7 +10,7 @@ from runtime.models import Event, IdempotentRequest, Operation, Task
 from tests import factories
 from tests.api.support import assert_error, post_json, post_raw
 
-pytestmark = pytest.mark.postgres
+# No postgres mark: these run on SQLite too (make pytest-embedded).
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,12 @@ def _seed(server_url: str) -> dict[str, str]:
         ):
             lease = api.post(f"/operations/{op['id']}/claim")
             assert lease.status_code == 200, lease.text
-            body = {"lease_generation": lease.json()["lease_generation"], **report}
+            granted = lease.json()
+            body = {
+                "lease_generation": granted["lease_generation"],
+                "lease_token": granted["lease_token"],
+                **report,
+            }
             done = api.post(f"/operations/{op['id']}/complete", json=body)
             assert done.status_code == 200, done.text
     Operation.objects.filter(pk=unresolved["id"]).update(status="unresolved", status_reason=MARKUP)
