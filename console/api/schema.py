@@ -163,7 +163,6 @@ _ERROR_MEANING = {
     415: "The body is not JSON.",
     422: "The Idempotency-Key was used with another body, or the operation's key with other "
     "parameters.",
-    501: "A route of the contract that is not built yet (not_implemented).",
 }
 _READ_ERRORS = (400, 401, 403, 404, 406)
 _WRITE_ERRORS = (*_READ_ERRORS, 409, 413, 415, 422)

@@ -143,5 +143,7 @@ def test_every_api_route_is_in_the_schema(schema):
 
     documented = {p.replace("{", "<").replace("}", ">") for p in schema["paths"]}
     for pattern in urlpatterns:
+        if str(pattern.name).startswith("api-planned-"):
+            continue  # planned routes (501) stay out of the schema until built
         route = "/api/v1/" + str(pattern.pattern).replace("<id:", "<")
         assert route in documented, route
