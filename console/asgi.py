@@ -1,9 +1,11 @@
 """ASGI entry point: HTTP through Django, websockets through Channels with session auth and an
-origin check against ALLOWED_HOSTS."""
+origin check on scheme, host and port (console.asgi.SameOriginValidator)."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
+from urllib.parse import ParseResult, urlparse
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -13,19 +15,64 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import OriginValidator, WebsocketDenier  # noqa: E402
+from django.conf import settings  # noqa: E402
 
-from console.daphne_compat import twisted_form_parsing_off  # noqa: E402
 from console.web.routing import websocket_urlpatterns  # noqa: E402
 
-# Uploads reach Django unparsed and streamed; malformed ones get the API's error body.
-twisted_form_parsing_off()
+
+def allowed_origins(served_port: int | None) -> list[str]:
+    """Full origins a console page may open a websocket from: CSRF_TRUSTED_ORIGINS as they are,
+    and every ALLOWED_HOSTS name on the port this server was reached on. A bare host would let
+    a page served by anything else on the same machine (another port) in; HTTP's CSRF check
+    compares the port, so this does too."""
+    origins = list(getattr(settings, "CSRF_TRUSTED_ORIGINS", []))
+    if served_port is not None:
+        for host in settings.ALLOWED_HOSTS:
+            if host != "*":
+                origins += [f"http://{host}:{served_port}", f"https://{host}:{served_port}"]
+    return origins
+
+
+def _served_port(scope: dict[str, Any], host: ParseResult | None) -> int | None:
+    """The port this server was reached on; an ASGI server may leave ``server`` out (the
+    spec allows it), and then the Host header the client sent says it."""
+    server = scope.get("server")
+    if server and len(server) > 1 and server[1] is not None:
+        return int(server[1])
+    try:
+        return host.port if host is not None else None
+    except ValueError:
+        return None
+
+
+class SameOriginValidator(OriginValidator):
+    """Channels' OriginValidator with its list built per connection from the served port."""
+
+    def __init__(self, application: Any) -> None:
+        super().__init__(application, [])
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        origin: ParseResult | None = None
+        host: ParseResult | None = None
+        for name, value in scope.get("headers", []):
+            if name == b"origin":
+                origin = urlparse(value.decode("latin1"))
+            elif name == b"host":
+                host = urlparse("//" + value.decode("latin1"))
+        port = _served_port(scope, host)
+        patterns = allowed_origins(port)
+        ok = origin is not None and any(self.match_allowed_origin(origin, p) for p in patterns)
+        if not ok and origin is not None and "*" in settings.ALLOWED_HOSTS:
+            ok = origin.scheme in ("http", "https") and self.get_origin_port(origin) == port
+        if ok:
+            return await self.application(scope, receive, send)
+        return await WebsocketDenier()(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -51,7 +51,6 @@ else:
     DEBUG = os.environ.get("DEBUG", "0") == "1"
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -76,9 +75,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.SecurityHeadersMiddleware",
+    "console.middleware.ErrorMappingMiddleware",
+    "console.middleware.InputEdgeMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
+# The console's own 403 (Django's has inline style, which the Content-Security-Policy blocks).
+CSRF_FAILURE_VIEW = "console.web.views.csrf_failure"
 ASGI_APPLICATION = "console.asgi.application"
 WSGI_APPLICATION = "console.wsgi.application"
 
@@ -267,12 +271,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # The strict JSON parser refuses what PostgreSQL cannot store (NUL, lone surrogates,
-    # infinities, runaway nesting) with a 400 instead of a 500 at write time.
-    "DEFAULT_PARSER_CLASSES": [
-        "console.api.parsers.JSONParser",
-        "rest_framework.parsers.MultiPartParser",
-        "rest_framework.parsers.FormParser",
-    ],
+    # infinities, runaway nesting) and duplicate keys with a 400; other media types are 415.
+    # A view that takes a file upload declares the multipart parser itself.
+    "DEFAULT_PARSER_CLASSES": ["console.api.parsers.JSONParser"],
+    # DRF's test client sends multipart by default, which the API refuses (415).
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -288,6 +291,24 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Ids in paths are what console.converters.IdConverter matches.
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+    },
+    # Same-valued enums share one component instead of a warning and a generated name.
+    "ENUM_NAME_OVERRIDES": {
+        "TaskCondition": "runtime.transitions.TaskCondition.ALL",
+        "TaskOutcome": "runtime.transitions.TaskOutcome.ALL",
+        "OperationStatus": "runtime.transitions.OperationStatus.ALL",
+        "Cancellation": "runtime.transitions.Cancellation.ALL",
+        # runtime.models.Operation.KINDS and the error kinds of CompleteIn (models cannot be
+        # imported while settings load).
+        "OperationKind": ["tool", "wait_signal", "timer"],
+        "ErrorKind": ["transient", "permanent"],
+    },
+    "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
+    # A string that may not be blank says so (minLength 1), requests and responses alike.
+    "ENFORCE_NON_BLANK_FIELDS": True,
 }
 
 LOGGING = {
@@ -313,6 +334,8 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    CSRF_TRUSTED_ORIGINS = [
-        o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-    ]
+
+# Full origins (scheme://host[:port]) trusted for forms and websockets besides this server's own.
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]

@@ -1,14 +1,17 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("api/v1/", include("console.api.urls")),
     path("", include("console.web.urls")),
 ]
 
+handler400 = "console.web.views.bad_request"
+handler403 = "console.web.views.forbidden"
 handler404 = "console.web.views.not_found"
+handler500 = "console.web.views.server_error"

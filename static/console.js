@@ -124,4 +124,16 @@
     },
     refresh: refresh
   };
+
+  // Pages declare what they follow in data attributes (no inline script: the page's
+  // Content-Security-Policy allows script only from static/).
+  Array.prototype.forEach.call(document.querySelectorAll("[data-live]"), function (el) {
+    var fragments = (el.dataset.fragments || "").split(" ").filter(Boolean);
+    if (el.dataset.live === "task") {
+      window.Console.followTask(el.dataset.task, parseInt(el.dataset.lastSeq, 10) || 0,
+        el.dataset.timeline, fragments);
+    } else if (el.dataset.live === "feed") {
+      window.Console.followFeed(parseInt(el.dataset.position, 10) || 0, fragments);
+    }
+  });
 })();

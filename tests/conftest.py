@@ -1,6 +1,6 @@
 """Shared fixtures: the suite runs against real PostgreSQL and Redis (``make test`` sets
-DATABASE_URL and REDIS_URL), starts real Celery worker processes and a real daphne server against
-the test database, and drives a real Chromium."""
+DATABASE_URL and REDIS_URL), starts real Celery worker processes and the real web server
+(console.server: uvicorn) against the test database, and drives a real Chromium."""
 
 from __future__ import annotations
 
@@ -296,15 +296,13 @@ def http_ok(url: str) -> bool:
 
 
 def server_start(tmp_path: Path, **env: Any) -> Server:
-    """Start a real daphne (ASGI: HTTP + websockets) on the test database."""
+    """Start the real web server (console.server: uvicorn, HTTP + websockets) on the test
+    database, as `make run` and deploy/ start it."""
     port = free_port()
-    log = tmp_path / f"daphne-{port}.log"
+    log = tmp_path / f"web-{port}.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-                "console.asgi:application",
-            ],
+            [sys.executable, "-m", "console.server", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env=service_env(**env),
             stdout=fh,
@@ -315,7 +313,7 @@ def server_start(tmp_path: Path, **env: Any) -> Server:
         wait_for(
             lambda: http_ok(f"{server.url}/healthz"),
             timeout=60,
-            what=f"daphne to serve:\n{log.read_text()[-3000:]}",
+            what=f"the web server to serve:\n{log.read_text()[-3000:]}",
         )
     except BaseException:
         server.stop()
@@ -325,7 +323,7 @@ def server_start(tmp_path: Path, **env: Any) -> Server:
 
 @pytest.fixture
 def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
-    """A real daphne serving the app on the test database."""
+    """The real web server serving the app on the test database."""
     srv = server_start(tmp_path)
     try:
         yield srv

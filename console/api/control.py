@@ -3,20 +3,18 @@ read-only effects view. Thin: parse, authorise (in the service), call one servic
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from console.api import schema as doc
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.serializers import Int, Text, parse
 from console.api.views import ApiView, operation_body, task_body
 from runtime import cancellation, policy, resolutions
 from runtime.errors import NotFound, NotImplementedRoute
-
-JSON = OpenApiTypes.OBJECT
 
 
 class ReasonIn(serializers.Serializer):
@@ -34,7 +32,11 @@ class _TaskStop(ApiView):
 
     stop = staticmethod(cancellation.task_cancel)
 
-    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @extend_schema(
+        request=ReasonIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({202: doc.TaskSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})
@@ -51,7 +53,12 @@ class TaskFail(_TaskStop):
 
 
 class OperationResolve(ApiView):
-    @extend_schema(request=ResolveIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_operations_resolve",
+        request=ResolveIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.OperationSerializer}, write=True),
+    )
     @idempotent(atomic=False)  # a lookup resolution asks the receiver: no transaction around it
     def post(self, request: Request, operation_id: str) -> Response:
         data = parse(ResolveIn, request.data)
@@ -66,7 +73,15 @@ class OperationResolve(ApiView):
 
 
 class ReceiverEffects(ApiView):
-    @extend_schema(parameters=[OpenApiParameter("key", str, required=True)], responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_demo_receivers_effects",
+        parameters=[
+            OpenApiParameter(
+                "key", {"type": "string", "minLength": 1, "maxLength": 400}, required=True
+            )
+        ],
+        responses=doc.responses({200: doc.EffectsSerializer}),
+    )
     def get(self, request: Request, receiver: str) -> Response:
         from django.conf import settings
 

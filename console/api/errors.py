@@ -48,33 +48,46 @@ def _validation_message(detail: Any) -> str:
     return str(detail)
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def classify(exc: BaseException) -> tuple[int, str, str] | None:
+    """(HTTP status, contract code, message) for an error a client can provoke, or None for a
+    fault of ours. The one table shared by the REST API, the console pages (middleware) and the
+    websocket consumers (close code 4000 + status)."""
     if isinstance(exc, DomainError):
-        headers = {}
-        retry_after = getattr(exc, "retry_after", None)
-        if retry_after is not None:
-            headers["Retry-After"] = str(retry_after)
-        extra = exc.details if getattr(exc, "public_details", False) else {}
-        if "field" in exc.details:
-            extra = {**extra, "field": exc.details.get("field")}
-        return Response(
-            error_body(exc.code, exc.message, **extra), status=exc.status, headers=headers
-        )
+        return exc.status, exc.code, exc.message
     if isinstance(exc, Http404):
-        return Response(error_body("not_found", "not found"), status=404)
+        return 404, "not_found", "not found"
     if isinstance(exc, DjangoPermissionDenied):
-        return Response(error_body("not_authorized", "not authorized"), status=403)
+        return 403, "not_authorized", "not authorized"
     if isinstance(exc, RequestDataTooBig):
-        return Response(error_body("request_too_large", str(exc)), status=413)
+        return 413, "request_too_large", str(exc)
     if isinstance(exc, SuspiciousOperation):
         # Django's own refusals of a request (too many fields, a bad multipart body): without
         # this they reach Django's HTML 400 page instead of the contract's error body.
-        return Response(error_body("malformed_request", "the request is malformed"), status=400)
+        return 400, "malformed_request", "the request is malformed"
     if isinstance(exc, DataError):
         # The database refused a value the request carried (out of range, unstorable text).
         # Parsing should have refused it first: log the gap, answer as the malformed input it is.
         log.warning("database refused request data: %s", exc)
-        return Response(error_body("invalid_input", "a value cannot be stored"), status=400)
+        return 400, "invalid_input", "a value cannot be stored"
+    return None
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    known = classify(exc)
+    if known is not None:
+        code_status, code, message = known
+        headers: dict[str, str] = {}
+        extra: dict[str, Any] = {}
+        if isinstance(exc, DomainError):
+            retry_after = getattr(exc, "retry_after", None)
+            if retry_after is not None:
+                headers["Retry-After"] = str(retry_after)
+            if getattr(exc, "public_details", False):
+                extra = dict(exc.details)
+            # A refusal about one field (not_supported_yet) names it.
+            if "field" in exc.details:
+                extra["field"] = exc.details["field"]
+        return Response(error_body(code, message, **extra), status=code_status, headers=headers)
     for klass, code_status, code in _DRF_CODES:
         if isinstance(exc, klass):
             assert isinstance(exc, exceptions.APIException)

@@ -113,7 +113,7 @@ class TaskChecks(ApiView):
 
 
 class TaskArtifacts(ApiView):
-    parser_classes = [parsers.MultiPartParser]
+    parser_classes = [parsers.MultiPartParser]  # type: ignore[list-item]
 
     @extend_schema(responses={200: JSON})
     def get(self, request: Request, task_id: str) -> Response:

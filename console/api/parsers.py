@@ -8,12 +8,14 @@ storable, so such bodies are malformed requests rather than server errors."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.utils.json import strict_constant
 
 # Far beyond any real tool's parameters, far below the interpreter's recursion limit (the
 # hashing and the jsonb encoder recurse once per level).
@@ -56,6 +58,21 @@ def json_problem(document: Any) -> str | None:
     return None
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Python keeps the last of duplicate keys while other parsers keep the first: the same body
+    # would mean different things to the client and to us, so it is refused.
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise DuplicateKey(f"duplicate key {key!r}")
+        document[key] = value
+    return document
+
+
 class JSONParser(parsers.JSONParser):
     def parse(
         self,
@@ -63,14 +80,26 @@ class JSONParser(parsers.JSONParser):
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
+        context = parser_context or {}
+        encoding = context.get("encoding", "utf-8")
         try:
-            document = super().parse(stream, media_type, parser_context)
+            text = stream.read().decode(encoding)
+            document = json.loads(
+                text, object_pairs_hook=_unique_object, parse_constant=strict_constant
+            )
         except RecursionError:
             raise ParseError(f"JSON is nested more than {MAX_DEPTH} levels deep") from None
+        except DuplicateKey as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            # json.JSONDecodeError is a ValueError; invalid UTF-8 is a UnicodeDecodeError.
+            raise ParseError(f"JSON parse error - {exc}") from None
         problem = json_problem(document)
         if problem:
             raise ParseError(f"JSON parse error - {problem}")
         return document
 
 
-PARSER_CLASSES = [JSONParser, parsers.MultiPartParser, parsers.FormParser]
+# JSON endpoints take JSON only: a form-encoded body would lose every nested field (params,
+# input) and be read as something else than what was sent, so it is a 415 instead.
+PARSER_CLASSES = [JSONParser]

@@ -27,7 +27,12 @@ MAX_AMOUNT = 2**53 - 1
 
 class Text(serializers.CharField):
     """A JSON string. DRF's CharField also takes 5 or 5.0 and stores "5": a wrong type must be
-    refused, not coerced."""
+    refused, not coerced. Not trimmed: the length checked is the length of what was sent, which
+    is what the schema's maxLength promises (services normalise, then check again)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):

@@ -1,22 +1,7 @@
-from django.urls import path, register_converter
+from django.urls import path
 
+import console.converters  # noqa: F401  (registers the <id:...> converter)
 from console.api import control, outcomes, views
-
-
-class IdConverter:
-    """Ids are opaque to clients but made here (runtime.ids): a path segment that cannot be one
-    (a NUL, a megabyte of text) is a 404 at routing instead of a value sent to the database."""
-
-    regex = r"[A-Za-z0-9_-]{1,64}"
-
-    def to_python(self, value: str) -> str:
-        return value
-
-    def to_url(self, value: str) -> str:
-        return value
-
-
-register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),

@@ -9,14 +9,15 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api import schema as doc
 from console.api import serializers as s
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
@@ -27,8 +28,6 @@ from runtime.errors import InvalidInput, StaleLease
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
 from runtime.tokens import token_is_live
-
-JSON = OpenApiTypes.OBJECT
 
 
 def task_body(task: Task) -> dict[str, Any]:
@@ -54,15 +53,39 @@ class ApiView(APIView):
     # inherit a docstring as every view's description.)
     parser_classes = PARSER_CLASSES
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # DRF reads a body without a Content-Type as no body at all: it would be dropped, not
+        # refused, so a request whose body is something else than JSON is a 415 here.
+        if _has_body(request):
+            if not request.content_type:
+                raise UnsupportedMediaType("", detail="a request body must be application/json")
+            # Parsed even where the handler reads nothing (claim): every POST refuses a bad
+            # body the same way, before anything happens.
+            if not isinstance(request.data, dict):
+                raise InvalidInput("the body must be a JSON object")
 
-def _param(request: Request, name: str) -> str | None:
-    """A query parameter, or None when absent or empty; 400 for text the database refuses."""
+
+def _has_body(request: Request) -> bool:
+    meta = request._request.META
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    return length > 0 or "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def _param(request: Request, name: str, max_length: int = 300) -> str | None:
+    """A query parameter, or None when absent or empty; 400 for text the database refuses or
+    longer than the schema allows."""
     raw = request.query_params.get(name)
     if not raw:
         return None
     problem = text_problem(raw)
     if problem:
         raise InvalidInput(f"{name}: {problem}")
+    if len(raw) > max_length:
+        raise InvalidInput(f"{name} is longer than {max_length} characters")
     return str(raw)
 
 
@@ -82,13 +105,8 @@ def _limit(request: Request, default: int = 50, ceiling: int = 200) -> int:
 class TaskCollection(ApiView):
     @extend_schema(
         operation_id="v1_tasks_list",
-        parameters=[
-            OpenApiParameter("condition", str),
-            OpenApiParameter("outcome", str),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
-        ],
-        responses={200: JSON},
+        parameters=doc.TASK_FILTERS,
+        responses=doc.responses({200: doc.TaskPageSerializer}),
     )
     def get(self, request: Request) -> Response:
         cursor = _param(request, "cursor")
@@ -109,7 +127,12 @@ class TaskCollection(ApiView):
             }
         )
 
-    @extend_schema(request=s.TaskIn, responses={201: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_create",
+        request=s.TaskIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({201: doc.TaskSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request) -> Response:
         data = s.parse(s.TaskIn, request.data)
@@ -128,20 +151,33 @@ class TaskCollection(ApiView):
 
 
 class TaskDetail(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_retrieve", responses=doc.responses({200: doc.TaskSerializer})
+    )
     def get(self, request: Request, task_id: str) -> Response:
         return Response(task_body(tasks.task_get(actor_of(request), task_id)))
 
 
 class TaskOperations(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_operations_list",
+        parameters=[doc.limit(100, 500)],
+        responses=doc.responses({200: doc.OperationListSerializer}),
+    )
     def get(self, request: Request, task_id: str) -> Response:
         actor = actor_of(request)
         tasks.task_get(actor, task_id)
         ops = operations.operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
         return Response({"results": operation_bodies(ops)})
 
-    @extend_schema(request=s.OperationIn, responses={200: JSON, 201: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_operations_create",
+        request=s.OperationIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses(
+            {200: doc.OperationSerializer, 201: doc.OperationSerializer}, write=True
+        ),
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = s.parse(s.OperationIn, request.data)
@@ -168,8 +204,8 @@ class TaskOperations(ApiView):
 class OperationCollection(ApiView):
     @extend_schema(
         operation_id="v1_operations_list",
-        parameters=[OpenApiParameter("status", str), OpenApiParameter("cursor", str)],
-        responses={200: JSON},
+        parameters=doc.OPERATION_FILTERS,
+        responses=doc.responses({200: doc.OperationPageSerializer}),
     )
     def get(self, request: Request) -> Response:
         cursor = _param(request, "cursor")
@@ -191,7 +227,10 @@ class OperationCollection(ApiView):
 
 
 class OperationDetail(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_operations_retrieve",
+        responses=doc.responses({200: doc.OperationSerializer}),
+    )
     def get(self, request: Request, operation_id: str) -> Response:
         return Response(operation_body(operations.operation_get(actor_of(request), operation_id)))
 
@@ -211,7 +250,12 @@ def _leased_by_agent(op: Operation) -> None:
 
 
 class OperationClaim(ApiView):
-    @extend_schema(request=None, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_operations_claim",
+        request=None,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.LeaseSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         _agent_operation(request, operation_id)
@@ -229,7 +273,12 @@ class OperationClaim(ApiView):
 
 
 class OperationHeartbeat(ApiView):
-    @extend_schema(request=s.HeartbeatIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_operations_heartbeat",
+        request=s.HeartbeatIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.HeartbeatSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.HeartbeatIn, request.data)
@@ -241,7 +290,12 @@ class OperationHeartbeat(ApiView):
 
 
 class OperationComplete(ApiView):
-    @extend_schema(request=s.CompleteIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_operations_complete",
+        request=s.CompleteIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.OperationSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.CompleteIn, request.data)
@@ -285,8 +339,11 @@ class TaskEvents(ApiView):
     content_negotiation_class = _StreamOrJson
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", str), OpenApiParameter("limit", int)],
-        responses={200: JSON},
+        operation_id="v1_tasks_events_list",
+        parameters=[doc.EVENT_CURSOR, doc.limit(100, 1000)],
+        responses=doc.responses({200: doc.EventPageSerializer}),
+        description="With `Accept: text/event-stream`, the same events as server-sent events "
+        "(each with `id:`), resuming after `Last-Event-ID`.",
     )
     def get(self, request: Request, task_id: str) -> Any:
         actor = actor_of(request)
@@ -316,6 +373,9 @@ class TaskEvents(ApiView):
         )
 
 
+MAX_CURSOR = 2**63 - 1
+
+
 def _cursor_int(raw: str | None) -> int:
     if raw in (None, ""):
         return 0
@@ -323,8 +383,8 @@ def _cursor_int(raw: str | None) -> int:
         value = int(str(raw))
     except ValueError:
         raise InvalidInput("the cursor must be an event id from this task") from None
-    if value < 0:
-        raise InvalidInput("the cursor must not be negative")
+    if not 0 <= value <= MAX_CURSOR:
+        raise InvalidInput("the cursor must be an event id from this task")
     return value
 
 

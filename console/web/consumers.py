@@ -4,9 +4,11 @@ only wake it early; in embedded mode (in-memory layer, which a worker process ca
 follower's own polling keeps pages live.
 
 Refusals are sent as close codes after the handshake (4401 not logged in, 4403 no console role,
-4404 no such task): a close before accepting reaches a browser as a failed handshake (1006),
-which looks like a network fault, so the page would keep reconnecting forever. A live socket
-rechecks its session and role every ``RECHECK_SECONDS``: logging out or losing the role ends it.
+4404 no such task or route; in general 4000 + the HTTP status console.api.errors.classify gives
+the error, the one mapping the API and the pages use too): a close before accepting reaches a
+browser as a failed handshake (1006), which looks like a network fault, so the page would keep
+reconnecting forever. A live socket rechecks its session and role every ``RECHECK_SECONDS``:
+logging out or losing the role ends it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 
+from console.api.errors import classify
 from console.api.serializers import event_out
 from runtime import events as journal
 from runtime import policy
 from runtime.actors import Actor, actor_for_user
-from runtime.errors import NotFound
 from runtime.tasks import task_get
 
 log = logging.getLogger(__name__)
@@ -73,14 +75,30 @@ def _authority(user_id: int, username: str, session_key: str | None) -> int | No
     return None
 
 
-class _Follower(AsyncJsonWebsocketConsumer):
-    group: str = ""
-    cursor: int = 0
-    actor: Actor
-
+class _Refusing(AsyncJsonWebsocketConsumer):
     async def _refuse(self, code: int) -> None:
         await self.accept()
         await self.close(code=code)
+
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        try:
+            await super().websocket_connect(message)
+        except Exception as exc:
+            known = classify(exc)
+            if known is None:
+                raise
+            await self._refuse(4000 + known[0])
+
+
+class NoRouteConsumer(_Refusing):
+    async def connect(self) -> None:
+        await self._refuse(CLOSE_NOT_FOUND)
+
+
+class _Follower(_Refusing):
+    group: str = ""
+    cursor: int = 0
+    actor: Actor
 
     async def _actor(self) -> Actor | None:
         user = self.scope.get("user")
@@ -154,11 +172,8 @@ class TaskJournalConsumer(_Follower):
         if actor is None:
             return
         task_id = self.scope["url_route"]["kwargs"]["task_id"]
-        try:
-            await database_sync_to_async(task_get)(actor, task_id)
-        except NotFound:
-            await self._refuse(CLOSE_NOT_FOUND)
-            return
+        # A refusal (NotFound: 4404) is mapped in _Refusing.websocket_connect.
+        await database_sync_to_async(task_get)(actor, task_id)
         self.task_id = task_id
         self.group = journal.TASK_GROUP.format(task_id=task_id)
         self.cursor = _after(self.scope)

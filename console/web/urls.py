@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+import console.converters  # noqa: F401  (registers the <id:...> converter)
 from console.web import auth, outcomes, support, tokens, views
 
 urlpatterns = [
@@ -10,17 +11,17 @@ urlpatterns = [
     path("fragments/dashboard", views.dashboard_fragment, name="dashboard-fragment"),
     path("tasks/", views.task_list, name="task-list"),
     path("fragments/tasks", views.task_list_fragment, name="task-list-fragment"),
-    path("tasks/<str:task_id>/", views.task_detail, name="task-detail"),
-    path("tasks/<str:task_id>/cancel", views.task_cancel, name="task-cancel"),
-    path("tasks/<str:task_id>/live", views.task_fragment, name="task-fragment"),
+    path("tasks/<id:task_id>/", views.task_detail, name="task-detail"),
+    path("tasks/<id:task_id>/cancel", views.task_cancel, name="task-cancel"),
+    path("tasks/<id:task_id>/live", views.task_fragment, name="task-fragment"),
     path("tokens/", tokens.token_page, name="tokens"),
-    path("tokens/<str:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
+    path("tokens/<id:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
     path(
-        "tasks/<str:task_id>/outcomes",
+        "tasks/<id:task_id>/outcomes",
         outcomes.task_outcomes_fragment,
         name="task-outcomes-fragment",
     ),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
-    path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
+    path("unresolved/<id:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
 ]

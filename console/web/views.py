@@ -10,15 +10,23 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseRedirect
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseForbidden,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
+from console.middleware import is_api, refusal
 from runtime import cancellation, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor, actor_for_user
-from runtime.errors import DomainError, NotAuthorized, NotFound
+from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.transitions import TaskCondition, TaskOutcome
 
@@ -36,26 +44,42 @@ def console_view(view: View) -> View:
             return HttpResponseForbidden(
                 render(request, "console/forbidden.html", status=403).content
             )
-        try:
-            return view(request, actor, *args, **kwargs)
-        except NotFound:
-            return render(request, "console/not_found.html", status=404)
-        except NotAuthorized:
-            return HttpResponseForbidden(
-                render(request, "console/forbidden.html", status=403).content
-            )
-        except DomainError as exc:
-            return render(request, "console/error.html", {"error": exc}, status=exc.status)
+        # Refusals (NotFound, DomainError, DataError) raised here become a 4xx page in
+        # console.middleware.ErrorMappingMiddleware, the one mapping pages share with the API.
+        return view(request, actor, *args, **kwargs)
 
     return wrapper
 
 
-def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if request.path.startswith("/api/"):
-        from console.api.errors import not_found_json
+# Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF
+# check, an unknown URL, an uncaught fault): the contract's JSON under /api/, a page otherwise.
 
-        return not_found_json(request)  # type: ignore[no-any-return]
-    return render(request, "console/not_found.html", status=404)
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return refusal(request, 400, "malformed_request", "the request is malformed")
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return refusal(request, 403, "not_authorized", "not authorized")
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    return refusal(request, 403, "not_authorized", "the form's CSRF check failed; reload the page")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return refusal(request, 404, "not_found", "not found")
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    # No template and no database here: whatever failed may fail again.
+    if is_api(request):
+        return JsonResponse(error_body("internal_error", "internal server error"), status=500)
+    return HttpResponse(
+        "<!doctype html><title>Server error</title><h1>Server error</h1>",
+        status=500,
+        content_type="text/html; charset=utf-8",
+    )
 
 
 @require_GET
@@ -187,6 +211,9 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
 @console_view
 def task_cancel(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
     """An admin stops a task from its page (the service checks the right)."""
-    task = cancellation.task_cancel(actor, task_id, request.POST.get("reason", "")[:2000])
+    reason = request.POST.get("reason", "")
+    if len(reason) > 2000:
+        raise InvalidInput("reason is longer than 2000 characters")
+    task = cancellation.task_cancel(actor, task_id, reason)
     messages.success(request, f"Cancellation {task.cancellation}.")
     return HttpResponseRedirect(f"/tasks/{task.pk}/")

@@ -62,3 +62,46 @@ def post_raw(client: APIClient, path: str, raw: str | bytes, **headers: Any) -> 
 
 def post_json(client: APIClient, path: str, body: Any, **headers: Any) -> Any:
     return post_raw(client, path, json.dumps(body), **headers)
+
+
+def raw_http(base_url: str, data: bytes, chunks: int = 1) -> tuple[int, str, dict[str, str], bytes]:
+    """Send ``data`` as is over a real socket to the server at ``base_url`` (in ``chunks``
+    writes) and read the answer until the server closes: (status, reason, headers, body)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(base_url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        step = max(1, -(-len(data) // chunks))
+        for start in range(0, len(data), step):
+            sock.sendall(data[start : start + step])
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+            head, sep, rest = received.partition(b"\r\n\r\n")
+            if sep and b"content-length:" in head.lower():
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                if len(rest) >= length:
+                    break
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin1").split("\r\n")
+    _, status, reason = status_line.split(" ", 2)
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status), reason, headers, body
+
+
+def request_bytes(
+    method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> bytes:
+    """An HTTP/1.1 request, byte for byte, that closes the connection after the answer."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin1") + body

@@ -1,5 +1,5 @@
 """The task's journal over REST: pages strictly after a cursor, oldest first, that join without
-gap or repeat; and the same as server-sent events from a real daphne, resumable with
+gap or repeat; and the same as server-sent events from the real web server, resumable with
 ``Last-Event-ID``."""
 
 from __future__ import annotations

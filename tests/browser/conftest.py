@@ -33,7 +33,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# Generous: two cores run daphne, workers, PostgreSQL and chromium at once.
+# Generous: two cores run the web server, workers, PostgreSQL and chromium at once.
 TIMEOUT_MS = 20_000
 
 

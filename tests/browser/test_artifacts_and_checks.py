@@ -1,4 +1,4 @@
-"""A person downloads an accepted artifact and sees its checks, in Chromium against daphne: the
+"""A person downloads an accepted artifact and sees its checks, in Chromium against the server:
 checks arrive live when the agent asks for completion, and the downloaded bytes are exactly the
 accepted ones (digest and all)."""
 
@@ -28,7 +28,7 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 
 @pytest.fixture
 def artifact_server(transactional_db: None, tmp_path: Path, fs_artifacts: Path) -> Iterator[Server]:
-    """daphne reading artifacts from the same directory this test process writes them to."""
+    """The web server reading artifacts from the same directory this test process writes them to."""
     srv = server_start(tmp_path, ARTIFACT_ROOT=str(fs_artifacts))
     try:
         yield srv

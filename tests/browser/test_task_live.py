@@ -1,5 +1,6 @@
-"""The task page in a real browser against daphne and real workers: it follows the journal over
-its websocket, shows what happens without a reload, and catches up after losing the socket."""
+"""The task page in a real browser against the web server and real workers: it follows the
+journal over its websocket, shows what happens without a reload, and catches up after losing
+the socket."""
 
 from __future__ import annotations
 

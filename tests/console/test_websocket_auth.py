@@ -39,7 +39,7 @@ def session_for(username: str) -> Client:
 
 
 def socket(path: str, client: Client | None = None, origin: bytes | None = ORIGIN):
-    headers = []
+    headers = [(b"host", b"127.0.0.1:8000")]
     if origin is not None:
         headers.append((b"origin", origin))
     if client is not None:

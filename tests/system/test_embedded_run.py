@@ -1,5 +1,5 @@
 """``make run`` with no services: SQLite, the SQLAlchemy broker, the in-memory channel layer. The
-whole stack (daphne + celery worker + beat) starts from one command, runs an operation end to end
+whole stack (web + celery worker + beat) starts from one command, runs an operation end to end
 over HTTP, and stops on Ctrl-C without leaving a process behind."""
 
 from __future__ import annotations
@@ -169,7 +169,9 @@ def test_runstack_runs_an_operation_end_to_end_and_stops_cleanly_on_sigint(tmp_p
 
         started = _session_members(stack.pid)
         commands = " ".join(cmd for _, cmd in started)
-        assert "daphne" in commands and " worker " in commands and " beat " in commands, started
+        assert "console.server" in commands and " worker " in commands and " beat " in commands, (
+            started
+        )
 
         # Ctrl-C as a supervisor delivers it: to the main process only, which stops the rest.
         stack.send_signal(signal.SIGINT)

@@ -1,6 +1,6 @@
-"""Run the whole system in the foreground: web (daphne, ASGI), a Celery worker with WORKERS prefork
-children, and Celery beat (the sweeper), under a supervisor: a process that dies is restarted,
-one that keeps dying stops the stack. Ctrl-C stops all three."""
+"""Run the whole system in the foreground: web (console.server: uvicorn, ASGI), a Celery worker
+with WORKERS prefork children, and Celery beat (the sweeper), under a supervisor: a process that
+dies is restarted, one that keeps dying stops the stack. Ctrl-C stops all three."""
 
 from __future__ import annotations
 
@@ -48,12 +48,11 @@ class Command(BaseCommand):
             "web": [
                 python,
                 "-m",
-                "daphne",
-                "-b",
+                "console.server",
+                "--host",
                 options["host"],
-                "-p",
+                "--port",
                 str(options["port"]),
-                "console.asgi:application",
             ],
             "worker": [
                 python,

@@ -1,0 +1,222 @@
+"""What /api/schema/ says about each endpoint: named components for every response body (the
+shapes console.api.serializers renders), the contract's Error for every refusal a client can
+provoke, enums and ranges on filters. These serializers only describe; the views render with
+the ``*_out`` functions, and tests/api/test_schema_exact.py holds the two together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+from runtime import resolutions
+from runtime.models import Operation
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+
+# --- components -----------------------------------------------------------------------------
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="A fixed code of the contract (API.md).")
+    message = serializers.CharField()
+    # Named like Serializer attributes (the metaclass takes declared fields out of the class
+    # body, so they do not shadow them at runtime; mypy cannot know that).
+    fields = serializers.DictField(  # type: ignore[assignment]
+        required=False, help_text="Per-field messages of a validation error."
+    )
+    field = serializers.CharField(
+        required=False, help_text="The field a not_supported_yet refusal is about."
+    )
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+class AttemptSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    number = serializers.IntegerField(min_value=1)
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    input = serializers.DictField()
+    condition = serializers.ChoiceField(choices=TaskCondition.ALL)
+    outcome = serializers.ChoiceField(choices=TaskOutcome.ALL, allow_null=True)
+    terminal_reason = serializers.CharField(allow_null=True)
+    state_version = serializers.IntegerField()
+    attempt = AttemptSerializer(allow_null=True)
+    cancellation = serializers.ChoiceField(choices=Cancellation.ALL)
+    paused = serializers.BooleanField()
+    deadline = serializers.DateTimeField(allow_null=True)
+    pending = serializers.ListField(child=serializers.CharField())
+    compensate_on = serializers.ListField(
+        child=serializers.ChoiceField(choices=["failed", "cancelled"])
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class InvocationSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    execution = serializers.CharField(allow_null=True)
+    lease_generation = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True, allow_blank=True)
+    receipt = serializers.JSONField(allow_null=True)
+    provider_handle = serializers.CharField(allow_null=True)
+
+
+class OperationSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    task = serializers.CharField()
+    attempt = serializers.CharField()
+    kind = serializers.ChoiceField(choices=Operation.KINDS)
+    tool = serializers.CharField(allow_null=True)
+    tool_version = serializers.CharField(allow_null=True)
+    step = serializers.CharField()
+    intent_version = serializers.IntegerField()
+    params = serializers.DictField()
+    params_hash = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    executor = serializers.ChoiceField(choices=Operation.EXECUTORS)
+    status = serializers.ChoiceField(choices=OperationStatus.ALL)
+    status_reason = serializers.CharField(allow_null=True)
+    attempts_used = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+    lease_generation = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    state_version = serializers.IntegerField()
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.DictField(allow_null=True)
+    approval = serializers.DictField(allow_null=True)
+    compensates = serializers.CharField(allow_null=True)
+    invocations = InvocationSerializer(many=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class EventSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The journal cursor of this event.")
+    type = serializers.CharField()
+    at = serializers.DateTimeField()
+    state_version = serializers.IntegerField()
+    operation = serializers.CharField(allow_null=True)
+    actor = serializers.CharField(allow_null=True)
+    data = serializers.DictField()  # type: ignore[assignment]
+
+
+class TaskPageSerializer(serializers.Serializer):
+    results = TaskSerializer(many=True)
+    next = serializers.CharField(allow_null=True, help_text="Cursor of the next page.")
+
+
+class OperationPageSerializer(serializers.Serializer):
+    results = OperationSerializer(many=True)
+    next = serializers.CharField(allow_null=True, help_text="Cursor of the next page.")
+
+
+class OperationListSerializer(serializers.Serializer):
+    results = OperationSerializer(many=True)
+
+
+class EventPageSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+    next = serializers.CharField(help_text="Pass as `after` to read on.")
+
+
+class LeaseSerializer(serializers.Serializer):
+    lease_generation = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    lease_token = serializers.CharField(
+        help_text="Secret, shown once: heartbeat and complete need it with the generation."
+    )
+    state_version = serializers.IntegerField()
+    execution = serializers.CharField()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    lease_expires_at = serializers.DateTimeField()
+    cancel_requested = serializers.BooleanField()
+
+
+class EffectsSerializer(serializers.Serializer):
+    receiver = serializers.CharField()
+    key = serializers.CharField()
+    effects = serializers.ListField(child=serializers.DictField())
+
+
+# --- responses and parameters -----------------------------------------------------------------
+
+_ERROR_MEANING = {
+    400: "Malformed input (validation, parsing, unstorable text).",
+    401: "No token, or a bad one.",
+    403: "The caller lacks the right.",
+    404: "No such object, or not visible to the caller.",
+    406: "The Accept header asks for something other than JSON.",
+    409: "The object's state does not allow this now.",
+    413: "The body is larger than the server takes.",
+    415: "The body is not JSON.",
+    422: "The Idempotency-Key was used with another body, or the operation's key with other "
+    "parameters.",
+}
+_READ_ERRORS = (400, 401, 403, 404, 406)
+_WRITE_ERRORS = (*_READ_ERRORS, 409, 413, 415, 422)
+
+
+def responses(ok: dict[int, Any], *, write: bool = False) -> dict[int, Any]:
+    """The success bodies given, and the contract's Error for each refusal."""
+    documented: dict[int, Any] = dict(ok)
+    for status in _WRITE_ERRORS if write else _READ_ERRORS:
+        documented[status] = OpenApiResponse(ErrorSerializer, description=_ERROR_MEANING[status])
+    return documented
+
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"},
+    OpenApiParameter.HEADER,
+    description="Replays the first response for the same key and body (API.md).",
+)
+
+
+def limit(default: int, ceiling: int) -> OpenApiParameter:
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": ceiling, "default": default},
+        description=f"Page size (1-{ceiling}).",
+    )
+
+
+CURSOR = OpenApiParameter(
+    "cursor",
+    {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9_-]+$"},
+    description="The `next` of the previous page.",
+)
+EVENT_CURSOR = OpenApiParameter(
+    "after",
+    {"type": "string", "pattern": "^[0-9]{1,18}$"},
+    description="An event id: the events strictly after it (from the start without one).",
+)
+TASK_FILTERS = [
+    OpenApiParameter("condition", str, enum=list(TaskCondition.ALL)),
+    OpenApiParameter("outcome", str, enum=list(TaskOutcome.ALL)),
+    OpenApiParameter(
+        "q",
+        {"type": "string", "maxLength": 300},
+        description="Tasks whose name contains this text.",
+    ),
+    CURSOR,
+    limit(50, 200),
+]
+OPERATION_FILTERS = [
+    OpenApiParameter("status", str, enum=list(OperationStatus.ALL)),
+    OpenApiParameter("task", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+    CURSOR,
+    limit(50, 200),
+]
+RESOLUTIONS = list(resolutions.RESOLUTIONS)
