@@ -14,6 +14,7 @@ from rest_framework import parsers, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from console.api import schema as doc
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import text_problem
@@ -88,7 +89,11 @@ class CompleteTaskIn(serializers.Serializer):
 class TaskComplete(ApiView):
     # Not inside the request's transaction: completion runs the checks first, and checkers
     # read storage. Completing again is harmless (a succeeded task is returned unchanged).
-    @extend_schema(request=CompleteTaskIn, responses={200: JSON})
+    @extend_schema(
+        request=CompleteTaskIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.TaskSerializer}, write=True),
+    )
     @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(CompleteTaskIn, request.data or {})
@@ -99,12 +104,20 @@ class TaskComplete(ApiView):
 
 
 class TaskChecks(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_checks_list",
+        responses=doc.responses({200: doc.CheckListSerializer}),
+    )
     def get(self, request: Request, task_id: str) -> Response:
         states = checks.task_checks(actor_of(request), task_id)
         return Response({"checks": [check_out(s) for s in states]})
 
-    @extend_schema(request=None, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_checks_run",
+        request=None,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.CheckListSerializer}, write=True),
+    )
     @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
         """Run the task's required checks now on its current artifacts."""
@@ -115,7 +128,10 @@ class TaskChecks(ApiView):
 class TaskArtifacts(ApiView):
     parser_classes = [parsers.MultiPartParser]  # type: ignore[list-item]
 
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_artifacts_list",
+        responses=doc.responses({200: doc.ArtifactListSerializer}),
+    )
     def get(self, request: Request, task_id: str) -> Response:
         rows = artifacts.artifact_list(actor_of(request), task_id)
         history = checks.check_history(actor_of(request), task_id)
@@ -136,8 +152,10 @@ class TaskArtifacts(ApiView):
 
     # Not inside the request's transaction: the bytes go to storage between the stage commits.
     @extend_schema(
+        operation_id="v1_tasks_artifacts_upload",
         request={"multipart/form-data": JSON},
-        responses={201: JSON},
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({201: doc.ArtifactSerializer}, write=True),
         description="multipart: file, name, media_type; optional operation, inputs, "
         "input_digests (comma-separated)",
     )
@@ -175,7 +193,7 @@ class AcceptIn(serializers.Serializer):
 
 
 class ArtifactDetail(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(responses=doc.responses({200: doc.ArtifactSerializer}))
     def get(self, request: Request, artifact_id: str) -> Response:
         artifact = artifacts.artifact_get(actor_of(request), artifact_id)
         history = checks.check_history(actor_of(request), artifact.task_id)
@@ -183,7 +201,11 @@ class ArtifactDetail(ApiView):
 
 
 class ArtifactAccept(ApiView):
-    @extend_schema(request=AcceptIn, responses={200: JSON})
+    @extend_schema(
+        request=AcceptIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.ArtifactSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, artifact_id: str) -> Response:
         data = parse(AcceptIn, request.data)
@@ -198,7 +220,10 @@ class ArtifactAccept(ApiView):
 class ArtifactContent(ApiView):
     @extend_schema(
         parameters=[OpenApiParameter("inline", bool)],
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+        responses={
+            **doc.responses({}),
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+        },
     )
     def get(self, request: Request, artifact_id: str) -> FileResponse:
         artifact, stream = artifacts.artifact_content(actor_of(request), artifact_id)
@@ -223,7 +248,7 @@ def _b64(digest: str) -> str:
 
 
 class ArtifactProvenance(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(responses=doc.responses({200: doc.ProvenanceSerializer}))
     def get(self, request: Request, artifact_id: str) -> Response:
         artifact = artifacts.artifact_get(actor_of(request), artifact_id)
         response = Response(artifacts.provenance_statement(artifact))

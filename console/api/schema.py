@@ -220,3 +220,64 @@ OPERATION_FILTERS = [
     limit(50, 200),
 ]
 RESOLUTIONS = list(resolutions.RESOLUTIONS)
+
+
+# --- outcomes (artifacts, checks, provenance) ----------------------------------------------
+
+
+class ArtifactSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    task = serializers.CharField()
+    name = serializers.CharField()
+    media_type = serializers.CharField()
+    digest = serializers.CharField(allow_null=True)
+    size = serializers.IntegerField(allow_null=True)
+    status = serializers.CharField()
+    status_reason = serializers.CharField(allow_null=True)
+    verification = serializers.CharField(allow_null=True)
+    operation = serializers.CharField(allow_null=True)
+    attempt = serializers.CharField(allow_null=True)
+    execution = serializers.CharField(allow_null=True)
+    code_version = serializers.CharField(allow_null=True)
+    input_digests = serializers.JSONField()
+    created_by = serializers.CharField(allow_null=True)
+    accepted_by = serializers.CharField(allow_null=True)
+    accepted_state_version = serializers.IntegerField(allow_null=True)
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField(allow_null=True)
+    content = serializers.CharField()
+    provenance = serializers.CharField()
+
+
+class ArtifactListSerializer(serializers.Serializer):
+    artifacts = ArtifactSerializer(many=True)
+
+
+class CheckSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    checker = serializers.CharField()
+    checker_version = serializers.CharField(allow_null=True)
+    subject = serializers.CharField(allow_null=True)
+    subject_digest = serializers.CharField(allow_null=True)
+    task_state_version = serializers.IntegerField(allow_null=True)
+    result = serializers.ChoiceField(
+        choices=["passed", "failed", "unavailable", "timed_out"], allow_null=True
+    )
+    reason = serializers.CharField(allow_null=True)
+    stale = serializers.BooleanField()
+    counts = serializers.BooleanField()
+    pending_operation = serializers.CharField(allow_null=True)
+    at = serializers.DateTimeField(allow_null=True)
+
+
+class CheckListSerializer(serializers.Serializer):
+    checks = CheckSerializer(many=True)
+
+
+class ProvenanceSerializer(serializers.Serializer):
+    """An in-toto Statement v1 with a SLSA v1 provenance predicate."""
+
+    _type = serializers.CharField()
+    subject = serializers.ListField(child=serializers.DictField())
+    predicateType = serializers.CharField()
+    predicate = serializers.DictField()

@@ -86,7 +86,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "api/v1/artifacts/<id:artifact_id>/accept"): (401, 400, 400, 400, 400, 400, 400, 400, 400),
     ("GET", "api/v1/artifacts/<id:artifact_id>/content"): (401, 404, 404, 404, 404, 404, 404, 404, 404),
     ("GET", "api/v1/artifacts/<id:artifact_id>/provenance"): (401, 404, 404, 404, 404, 404, 404, 404, 404),
-    ("GET", "tasks/<str:task_id>/outcomes"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/<id:task_id>/outcomes"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     # Planned routes of the contract: 501 until built; the branch that builds one replaces its row.
     ("POST", "api/v1/tasks/<id:task_id>/attempts"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/tasks/<id:task_id>/signals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
@@ -106,16 +106,16 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "fragments/dashboard"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "tasks/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/tasks"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
-    ("GET", "tasks/<str:task_id>/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
-    ("POST", "tasks/<str:task_id>/cancel"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
-    ("GET", "tasks/<str:task_id>/live"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/<id:task_id>/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "tasks/<id:task_id>/cancel"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "tasks/<id:task_id>/live"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
-    ("POST", "tokens/<str:token_id>/revoke"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "tokens/<id:token_id>/revoke"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     ("GET", "unresolved/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/unresolved"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
-    ("POST", "unresolved/<str:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
-    ("WS", "ws/tasks/<str:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
+    ("POST", "unresolved/<id:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("WS", "ws/tasks/<id:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip
 
@@ -139,9 +139,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "evidence": "matrix",
     },
     ("POST", "login/"): {"username": "nobody", "password": "wrong-password"},
-    ("POST", "tasks/<str:task_id>/cancel"): {"reason": "matrix"},
+    ("POST", "tasks/<id:task_id>/cancel"): {"reason": "matrix"},
     ("POST", "tokens/"): {"kind": "agent", "subject": "matrix-agent"},
-    ("POST", "unresolved/<str:operation_id>/resolve"): {
+    ("POST", "unresolved/<id:operation_id>/resolve"): {
         "resolution": "no_effect",
         "evidence": "matrix",
     },
@@ -288,7 +288,7 @@ def test_http_cell(world, method, route, principal, expected):
     elif route.startswith("api/"):
         response = client.post(path, body, format="json")
     else:
-        response = client.post(path, body)  # a console form
+        response = client.post(path, body, format="multipart")  # a console form
     if expected == LOGIN:
         assert response.status_code == 302, (response.status_code, response.content[:300])
         assert response["Location"].startswith("/login/")
@@ -313,7 +313,7 @@ def _ws_cells() -> list[Any]:
 def test_websocket_cell(transactional_db, world, route, principal, expected):
     from console.asgi import application
 
-    headers = [(b"origin", b"http://127.0.0.1:8000")]
+    headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
     p = world.principals[principal]
     if p is not None and p.actor.kind == "user" and not principal.endswith("_token"):
         client = APIClient()

@@ -51,8 +51,8 @@ def test_artifacts_and_checks_on_the_task_page(fs_artifacts):
     )
     op = factories.operation(owner, task, step="write", executor="agent")
     with transaction.atomic():
-        operation_transition_txn(op, "running", now=timezone.now())
-        operation_transition_txn(op, "succeeded", now=timezone.now())
+        operation_transition_txn(op, "running", now=timezone.now(), actor="user:test")
+        operation_transition_txn(op, "succeeded", now=timezone.now(), actor="user:test")
     made = artifacts.artifact_upload(
         owner.actor,
         task.pk,

@@ -215,8 +215,8 @@ def test_live_and_unresolved_operations_keep_the_task_from_succeeding():
     refused = refusal_of(alice, task)
     assert refused.details["operations"] == [{"id": op.pk, "status": "pending"}]
     with transaction.atomic():
-        operation_transition_txn(op, "running", now=timezone.now())
-        operation_transition_txn(op, "unresolved", now=timezone.now())
+        operation_transition_txn(op, "running", now=timezone.now(), actor="user:test")
+        operation_transition_txn(op, "unresolved", now=timezone.now(), actor="user:test")
     refused = refusal_of(alice, task)
     assert refused.details["operations"] == [{"id": op.pk, "status": "unresolved"}]
     # The agent may end the attempt keeping the unresolved effect for support staff.
