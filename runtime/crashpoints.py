@@ -22,6 +22,12 @@ POINTS = frozenset(
         "sweep.after_read",  # the sweeper read an expired lease, not yet taken it over
         "resolve.after_lookup",  # a lookup resolution asked the receiver, no transaction open
         "cancel.after_lock",  # cancel/fail locked the task's live operations, not yet the task
+        "approval.gate_locked",  # the release gate holds the operation and approval rows
+        "approval.before_commit",  # a decision is written, not yet committed
+        "approval.expire_locked",  # the expiry sweep holds the operation and approval rows
+        "wait.before_register",  # a wait's row is inserted, the task row not yet locked
+        "wait.registered",  # a wait is registered under the task lock, not yet committed
+        "signal.task_locked",  # a signal holds the task row, before looking for a late wait
     }
 )
 

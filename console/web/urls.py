@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import support, views
+from console.web import humans, support, views
 
 urlpatterns = [
     path(
@@ -20,4 +20,13 @@ urlpatterns = [
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
     path("unresolved/<str:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
+    path("approvals/", humans.approvals_page, name="approvals"),
+    path("fragments/approvals", humans.approvals_fragment, name="approvals-fragment"),
+    path("approvals/bulk", humans.approvals_bulk, name="approvals-bulk"),
+    path("approvals/<str:approval_id>/decide", humans.approval_decide, name="approval-decide"),
+    path("approvals/<str:approval_id>/edit", humans.approval_edit, name="approval-edit"),
+    path("waits/", humans.waits_page, name="waits"),
+    path("fragments/waits", humans.waits_fragment, name="waits-fragment"),
+    path("waits/<str:operation_id>/act", humans.wait_action, name="wait-action"),
+    path("tasks/<str:task_id>/control", humans.task_control, name="task-control"),
 ]

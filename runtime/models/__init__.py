@@ -1,4 +1,5 @@
 from runtime.models.events import Event
+from runtime.models.humans import Approval, Signal, TaskCommand
 from runtime.models.operations import (
     Execution,
     Invocation,
@@ -14,6 +15,7 @@ from runtime.models.tasks import Attempt, Task
 __all__ = [
     "Agent",
     "ApiToken",
+    "Approval",
     "Attempt",
     "Event",
     "Execution",
@@ -23,5 +25,7 @@ __all__ = [
     "OutboxMessage",
     "RejectedObservation",
     "Resolution",
+    "Signal",
     "Task",
+    "TaskCommand",
 ]
