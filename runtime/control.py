@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import Actor
+from runtime.crashpoints import crash_point
 from runtime.errors import DomainError, InvalidInput, NotAuthorized, TaskRefused
 from runtime.hitl_policy import can_control_task
 from runtime.ids import new_id
@@ -67,6 +68,7 @@ def _run(
             task_state_version=task.state_version,
             at=now,
         )
+        crash_point("control.applied")
     if refusal is not None:
         raise refusal
     task.refresh_from_db()

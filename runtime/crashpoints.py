@@ -28,6 +28,7 @@ POINTS = frozenset(
         "wait.before_register",  # a wait's row is inserted, the task row not yet locked
         "wait.registered",  # a wait is registered under the task lock, not yet committed
         "signal.task_locked",  # a signal holds the task row, before looking for a late wait
+        "control.applied",  # a pause/resume/steer is written under the task lock, not committed
     }
 )
 

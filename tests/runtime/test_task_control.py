@@ -20,7 +20,7 @@ from runtime.models import (
 from runtime.operations import Report, operation_report
 from runtime.sandbox import receivers
 from tests import factories
-from tests.concurrency import gate_at, in_thread
+from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.postgres]
@@ -149,10 +149,11 @@ def test_paused_work_delivered_to_a_real_worker_waits_and_runs_once_after_resume
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_pause_that_commits_while_the_claim_is_under_way_still_stops_the_dispatch():
+def test_a_pause_that_commits_while_the_claim_is_under_way_still_stops_the_dispatch(settings):
     """The claim has read the task (not paused yet); the pause commits; the claim then takes the
     task row and sees the pause there: it rolls back and spends the announcement. Resume brings
     the work back and it runs once."""
+    settings.HOTPATH = False  # the general claim, which has a window after its read
     owner = factories.agent()
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"text": "hi"})
@@ -194,3 +195,29 @@ def test_work_in_flight_when_paused_finishes_and_is_accepted():
         execution_id=execution,
     )
     assert accepted.status == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_one_statement_claim_waiting_on_a_pause_holding_the_task_row_is_refused():
+    """The pause holds the task row, not yet committed; the hot path's single claim statement
+    updates the operation and then waits for the task row; once the pause commits the
+    statement sees it, and the claim is rolled back and refused."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"text": "hi"})
+    execution = Execution.objects.create(kind="worker", host="test", label="fast-pause").pk
+    with gate_at("control.applied", "pauser") as gate:
+        pauser, paused = in_thread(lambda: _post(owner, task, "pause"), name="pauser")
+        assert gate.reached.wait(timeout=30)
+        claimer, claim = in_thread(lambda: operation_claim(op.pk, execution_id=execution))
+        wait_until_blocked_on_a_lock("the claim to wait for the task row")
+        gate.release()
+        pauser.join(timeout=30)
+        claimer.join(timeout=30)
+    assert paused.result(timeout=1).status_code == 202
+    refusal = claim.result(timeout=1)
+    assert isinstance(refusal, Refusal) and refusal.reason == "the task is paused"
+    op.refresh_from_db()
+    assert op.status == "pending" and op.attempts_used == 0
+    assert _post(owner, task, "resume").status_code == 202
+    assert operation_execute(op.pk) == "succeeded"
