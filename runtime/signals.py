@@ -65,7 +65,8 @@ def signal_send(
     try:
         with transaction.atomic():
             now = timezone.now()
-            wait = _waiting(task_id, name)
+            # The event's row first: a concurrent copy of it waits here on the unique key,
+            # holding nothing, instead of skipping the wait the first copy is about to take.
             signal = Signal.objects.create(
                 task_id=task_id,
                 event_id=event_id,
@@ -75,6 +76,7 @@ def signal_send(
                 sent_by=actor.label,
                 received_at=now,
             )
+            wait = _waiting(task_id, name)
             _, row = event_append_txn(
                 task_id=task_id,
                 type="signal.received",
