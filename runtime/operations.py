@@ -20,6 +20,8 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import Actor, task_scope
+from runtime.admission import queue_admit_txn
+from runtime.budgets import budget_reserve_txn, budget_settle_txn, task_budget
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -36,7 +38,7 @@ from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
-from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
+from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
 from runtime.transitions import OPERATION, OperationStatus
 
 S = OperationStatus
@@ -89,13 +91,17 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     deadline) is checked under the task's row lock, so it cannot race a cancellation.
     """
     _validate(spec)
-    task = Task.objects.filter(task_scope(actor), pk=task_id).first()
+    task = (
+        Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
+    )
     if task is None:
         raise NotFound("no such task")
     adapter = adapter_for(spec.tool)
     adapter.validate(spec.params)
+    # A new attempt is a new pursuit: its derived keys carry the attempt number.
+    attempt_number = task.current_attempt.number if task.current_attempt else 1
     key = spec.idempotency_key or adapter.key_for(
-        task.pk, spec.step, spec.params, spec.intent_version
+        task.pk, spec.step, spec.params, spec.intent_version, attempt=attempt_number
     )
     digest = params_hash(spec.params)
 
@@ -122,9 +128,13 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     if hotpath.enabled():
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
         with transaction.atomic():
+            # Limits: a tool class at its queue capacity refuses before anything is written.
+            queue_admit_txn(spec.tool)
             row = hotpath.propose_txn(op, actor=actor.label, now=now)
             if row is not None:
                 _admit(row, now)  # read under the task's row lock; a refusal rolls back
+                # Limits: hold the estimate in the attempt's ledger (no statement unbudgeted).
+                budget_reserve_txn(budget=task.budget, op=op, number=0, now=now)
                 return op, True
     else:
         existing = Operation.objects.filter(task=task, idempotency_key=key).first()
@@ -132,6 +142,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
             return _same_intent_or_conflict(existing, digest), False
         try:
             with transaction.atomic():
+                # Limits: a tool class at its queue capacity refuses before anything is written.
+                queue_admit_txn(spec.tool)
                 op.save(force_insert=True)
                 _, row = event_append_txn(
                     task_id=task.pk,
@@ -149,6 +161,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                     },
                 )
                 _admit(row, now)
+                # Limits: hold the estimate in the attempt's ledger (no statement unbudgeted).
+                budget_reserve_txn(budget=task.budget, op=op, number=0, now=now)
                 if spec.executor == Operation.EXECUTOR_WORKER:
                     outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             return op, True
@@ -354,6 +368,8 @@ def _accept_fast_txn(
     )
     if accepted is None:
         return None
+    # Limits: observed usage replaces the hold (no statement for an unbudgeted task).
+    _settle_budget_txn(snapshot, report, decision, now=now)
     op = copy.copy(snapshot)
     op.status = decision.target
     op.state_version += 1
@@ -444,6 +460,11 @@ def report_decision(
         "lease_generation": op.lease_generation,
         "attempts_used": op.attempts_used,
     }
+    if op.cancel_requested or stopping:
+        # The result committed before any stop could end the call: it wins, and says so.
+        data["completed_after_cancel_request"] = True
+    if report.usage:
+        data["usage"] = dict(report.usage)
     if next_at is not None:
         data["retry_at"] = next_at.isoformat()
     if error:
@@ -501,6 +522,8 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
         receipt=decision.receipt,
         provider_handle=decision.provider_handle[:300],
     )
+    # Limits: observed usage replaces the hold (once per invocation; unknown stays apart).
+    _settle_budget_txn(op, report, decision, now=now)
     if decision.target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER:
         # Agent-run work is claimed by its agent over the API, never announced to workers.
         outbox_enqueue_txn(
@@ -510,6 +533,27 @@ def _apply_report_txn(op: Operation, report: Report, *, now: datetime, rng: rand
             available_at=decision.next_attempt_at,
         )
     compensation.after_settle_txn(op, transitioned.task, now=now)
+
+
+def _settle_budget_txn(
+    op: Operation, report: Report, decision: hotpath.Acceptance, *, now: datetime
+) -> None:
+    budget = task_budget(op.task_id)
+    if not budget:
+        return
+    unknown = decision.invocation_outcome == Invocation.OUTCOME_UNKNOWN
+    budget_settle_txn(
+        budget=budget,
+        op=op,
+        number=op.attempts_used,
+        usage=report.usage,
+        outcome="unknown" if unknown else report.outcome,
+        final=decision.target != S.RETRY_SCHEDULED,
+        source="agent" if op.executor == Operation.EXECUTOR_AGENT else "adapter",
+        actor=f"execution:{op.execution_id}" if op.execution_id else "unknown",
+        now=now,
+        repeats_lost_call=contract_of(op.tool) in (Contract.REPLAY, Contract.LOOKUP),
+    )
 
 
 def agent_report(

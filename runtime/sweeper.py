@@ -9,6 +9,7 @@ import logging
 from django.conf import settings
 from django.utils import timezone
 
+from runtime.children import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
 
@@ -20,6 +21,7 @@ def sweep_once() -> dict[str, int]:
     return {
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
+        "children": children_sweep(now),
         "broker_purged": embedded_broker_purge(),
     }
 

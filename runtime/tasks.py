@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from runtime.actors import Actor, task_scope
+from runtime.budgets import budget_validate, child_allocate_txn, ledger_open_txn
 from runtime.errors import InvalidInput, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Task
@@ -25,6 +26,7 @@ class TaskSpec:
     input: dict[str, Any] = field(default_factory=dict)
     deadline_seconds: int | None = None
     budget: dict[str, Any] | None = None
+    parent: str | None = None
     required_checks: list[dict[str, Any]] = field(default_factory=list)
     compensate_on: list[str] = field(default_factory=list)
 
@@ -46,19 +48,24 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
         0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
     ):
         raise InvalidInput(f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}")
+    limits = budget_validate(spec.budget)
     now = timezone.now()
+    deadline = now + timedelta(seconds=spec.deadline_seconds) if spec.deadline_seconds else None
     with transaction.atomic():
+        parent = _parent_lock_txn(actor, spec.parent, now=now) if spec.parent else None
+        if parent is not None and parent.deadline is not None:
+            # A child inherits its parent's deadline, or keeps a shorter one of its own.
+            deadline = min(deadline, parent.deadline) if deadline else parent.deadline
         task = Task.objects.create(
             name=name,
             input=spec.input,
             agent_id=actor.agent_id if actor.kind == "agent" else None,
             created_by_id=actor.user_id if actor.kind == "user" else None,
-            deadline=now + timedelta(seconds=spec.deadline_seconds)
-            if spec.deadline_seconds
-            else None,
+            deadline=deadline,
             compensate_on=sorted(set(spec.compensate_on)),
+            parent=parent,
         )
-        attempt = Attempt.objects.create(task=task, number=1)
+        attempt = Attempt.objects.create(task=task, number=1, created_by=actor.label)
         Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
         task.current_attempt = attempt
         event_append_txn(
@@ -67,10 +74,43 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
             state_version=task.state_version,
             now=now,
             actor=actor.label,
-            data={"name": name, "attempt": attempt.number},
+            data={"name": name, "attempt": attempt.number, "parent": spec.parent},
         )
+        if parent is not None:
+            limits = child_allocate_txn(
+                parent=parent, child=task, attempt=attempt, requested=limits, now=now
+            )
+            event_append_txn(
+                task_id=parent.pk,
+                type="task.child_created",
+                state_version=parent.state_version,
+                now=now,
+                actor=actor.label,
+                data={"child": task.pk, "allocation": limits},
+            )
+        elif limits:
+            ledger_open_txn(task=task, attempt=attempt, limits=limits)
+        if limits:
+            Task.objects.filter(pk=task.pk).update(budget=limits)
         task.refresh_from_db()
     return task
+
+
+def _parent_lock_txn(actor: Actor, parent_id: str, *, now: datetime) -> Task:
+    """The parent, locked, if the actor may see it and it still admits work: a child cannot be
+    born to a task that is stopping (the cancel holds this lock while it acknowledges)."""
+    parent = Task.objects.filter(task_scope(actor), pk=parent_id).first()
+    if parent is None:
+        raise NotFound("no such parent task")
+    parent = Task.objects.select_for_update().get(pk=parent_id)
+    task_admission_check(
+        condition=parent.condition,
+        cancellation=parent.cancellation,
+        paused=parent.paused,
+        deadline=parent.deadline,
+        now=now,
+    )
+    return parent
 
 
 def task_get(actor: Actor, task_id: str) -> Task:
@@ -109,6 +149,13 @@ def task_list(
         at, last_id = before
         qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
     return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def task_list_by_ids(actor: Actor, ids: list[str]) -> list[Task]:
+    """The named tasks the actor may see (a selector for short lists, such as the dashboard's)."""
+    if not ids:
+        return []
+    return list(Task.objects.filter(task_scope(actor), pk__in=ids))
 
 
 def task_pending_operation_ids(task: Task) -> list[str]:

@@ -11,9 +11,9 @@ from rest_framework.response import Response
 
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
-from console.api.serializers import Int, Text, parse
+from console.api.serializers import AttemptIn, Int, Text, parse
 from console.api.views import ApiView, operation_body, task_body
-from runtime import cancellation, resolutions
+from runtime import attempts, budgets, cancellation, resolutions, tasks
 from runtime.errors import NotFound, NotImplementedRoute
 from runtime.models import Operation
 
@@ -64,6 +64,41 @@ class OperationResolve(ApiView):
             state_version=data["state_version"],
         )
         return Response(operation_body(op))
+
+
+class TaskAttempts(ApiView):
+    @extend_schema(request=AttemptIn, responses={201: JSON})
+    @idempotent
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parse(AttemptIn, request.data or {})
+        attempt = attempts.attempt_create(actor_of(request), task_id, reason=data["reason"])
+        return Response(
+            {"id": attempt.pk, "number": attempt.number, "reason": attempt.reason}, status=201
+        )
+
+    @extend_schema(responses={200: JSON})
+    def get(self, request: Request, task_id: str) -> Response:
+        task = tasks.task_get(actor_of(request), task_id)
+        return Response(
+            {
+                "attempts": [
+                    {"id": a.pk, "number": a.number, "reason": a.reason}
+                    for a in attempts.attempts_of(task)
+                ]
+            }
+        )
+
+
+class TaskBudget(ApiView):
+    @extend_schema(responses={200: JSON})
+    def get(self, request: Request, task_id: str) -> Response:
+        task = tasks.task_get(actor_of(request), task_id)
+        return Response(
+            {
+                "attempt": task.current_attempt.number if task.current_attempt else None,
+                "meters": {m.name: m.as_dict() for m in budgets.budget_meters(task)},
+            }
+        )
 
 
 class ReceiverEffects(ApiView):

@@ -50,8 +50,16 @@ def _validation_message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
+        headers = {}
+        retry_after = exc.details.get("retry_after")
+        if retry_after is not None:
+            headers["Retry-After"] = str(int(retry_after))
         return Response(
-            error_body(exc.code, exc.message, field=exc.details.get("field")), status=exc.status
+            error_body(
+                exc.code, exc.message, field=exc.details.get("field"), retry_after=retry_after
+            ),
+            status=exc.status,
+            headers=headers,
         )
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=404)

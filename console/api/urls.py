@@ -42,6 +42,8 @@ urlpatterns = [
     ),
     path("tasks/<id:task_id>/cancel", control.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<id:task_id>/fail", control.TaskFail.as_view(), name="api-task-fail"),
+    path("tasks/<id:task_id>/attempts", control.TaskAttempts.as_view(), name="api-task-attempts"),
+    path("tasks/<id:task_id>/budget", control.TaskBudget.as_view(), name="api-task-budget"),
     path(
         "operations/<id:operation_id>/resolve",
         control.OperationResolve.as_view(),
@@ -52,14 +54,12 @@ urlpatterns = [
         path(route, control.NotImplementedYet.as_view(), name=f"api-planned-{n}")
         for n, route in enumerate(
             (
-                "tasks/<id:task_id>/attempts",
                 "tasks/<id:task_id>/complete",
                 "tasks/<id:task_id>/checks",
                 "tasks/<id:task_id>/signals",
                 "tasks/<id:task_id>/pause",
                 "tasks/<id:task_id>/resume",
                 "tasks/<id:task_id>/steer",
-                "tasks/<id:task_id>/budget",
                 "tasks/<id:task_id>/artifacts",
                 "artifacts/<id:artifact_id>/accept",
                 "artifacts/<id:artifact_id>/content",

@@ -119,6 +119,7 @@ class TaskCollection(ApiView):
                 input=data.get("input") or {},
                 deadline_seconds=data.get("deadline_seconds"),
                 budget=data.get("budget"),
+                parent=data.get("parent"),
                 required_checks=data.get("required_checks") or [],
                 compensate_on=data.get("compensate_on") or [],
             ),

@@ -12,10 +12,11 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseRedirect
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console.api.serializers import cursor_decode, cursor_encode, event_out
-from runtime import cancellation, operations, tasks
+from runtime import attempts, budgets, cancellation, operations, tasks
 from runtime import events as journal
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError, NotFound
@@ -78,8 +79,21 @@ def _dashboard_context(actor: Actor) -> dict[str, Any]:
         "by_condition": by_condition,
         "by_outcome": by_outcome,
         "recent": tasks.task_list(actor, limit=10),
+        "near_limit": _near_limit(actor),
         "feed_head": journal.feed_head(),
     }
+
+
+def _near_limit(actor: Actor) -> list[dict[str, Any]]:
+    """Live tasks with a meter at least 80% committed (reserved, posted or unknown), within what
+    the actor may see."""
+    rows = budgets.tasks_near_limit(threshold=0.8)
+    visible = {t.pk: t for t in tasks.task_list_by_ids(actor, [task_id for task_id, _, _ in rows])}
+    return [
+        {"task": visible[task_id], "meter": meter, "percent": round(used * 100)}
+        for task_id, meter, used in rows
+        if task_id in visible
+    ]
 
 
 @require_GET
@@ -162,6 +176,10 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     )
     return {
         "task": task,
+        "meters": budgets.budget_meters(task),
+        "time_left": _time_left(task.deadline),
+        "attempts": attempts.attempts_of(task),
+        "children": list(task.children.order_by("created_at", "id")[:100]),
         "operations": [
             {
                 "op": op,
@@ -173,6 +191,20 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
         ],
         "rejections": [{"r": r, "detail": json_text(r.detail)} for r in rejections],
     }
+
+
+def _time_left(deadline: Any) -> str | None:
+    """The deadline's remaining time as people read it ("4m 05s left", "passed")."""
+    if deadline is None:
+        return None
+    seconds = int((deadline - timezone.now()).total_seconds())
+    if seconds <= 0:
+        return "passed"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m left"
+    return f"{minutes}m {secs:02d}s left"
 
 
 @require_POST

@@ -1,3 +1,4 @@
+from runtime.models.budgets import BudgetHold, BudgetMeter, ToolSlot, UsageRecord
 from runtime.models.events import Event
 from runtime.models.operations import (
     Execution,
@@ -15,6 +16,8 @@ __all__ = [
     "Agent",
     "ApiToken",
     "Attempt",
+    "BudgetHold",
+    "BudgetMeter",
     "Event",
     "Execution",
     "IdempotentRequest",
@@ -25,4 +28,6 @@ __all__ = [
     "Resolution",
     "Task",
     "TaskCount",
+    "ToolSlot",
+    "UsageRecord",
 ]
