@@ -226,3 +226,60 @@ def test_an_unbudgeted_task_costs_the_ledger_no_statement(django_assert_num_quer
             now=timezone.now(),
         )
     assert not BudgetMeter.objects.exists()
+
+
+class _Longest:
+    """An rng that always draws the longest backoff its envelope allows."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_a_backoff_that_would_pass_the_deadline_is_not_scheduled(settings):
+    from runtime.operations import operation_report
+
+    settings.RETRY_BASE_SECONDS = 120
+    settings.RETRY_CAP_SECONDS = 120
+    alice = factories.agent()
+    task = factories.task(alice, deadline_seconds=60, budget={"cost_cents": 100})
+    op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
+    lease = agent_claim(op.pk, exe("exe_agent"))
+    operation_report(
+        op.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="failed", error_kind="transient", message="flaky"),
+        execution_id=None,
+        rng=_Longest(),  # type: ignore[arg-type]
+    )
+    op.refresh_from_db()
+    assert op.status == "failed"
+    assert "no retry fits before the deadline" in op.error["message"]
+    assert op.next_attempt_at is None
+    # Settled for good: the hold is released.
+    assert amounts(task) == (0, 0, 0)
+
+
+def test_a_retry_that_fits_keeps_its_hold_for_the_next_call(settings):
+    from runtime.operations import operation_report
+
+    settings.RETRY_BASE_SECONDS = 1
+    alice = factories.agent()
+    task = factories.task(alice, deadline_seconds=600, budget={"cost_cents": 100})
+    op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
+    lease = agent_claim(op.pk, exe("exe_agent"))
+    operation_report(
+        op.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(
+            outcome="failed", error_kind="transient", message="flaky", usage={"cost_cents": 2}
+        ),
+        execution_id=None,
+        rng=_Longest(),  # type: ignore[arg-type]
+    )
+    op.refresh_from_db()
+    assert op.status == "retry_scheduled"
+    assert amounts(task) == (10, 2, 0)
