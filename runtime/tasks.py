@@ -195,6 +195,12 @@ def task_admission_check(
         raise TaskRefused("the task's deadline has passed", code="deadline_exceeded")
 
 
+def within_task_deadline(expires_at: datetime, deadline: datetime | None) -> datetime:
+    """The validity of anything that waits on a task's behalf (an approval, a durable wait, a
+    timer): never beyond the task's deadline. Pure; for the services that create them."""
+    return expires_at if deadline is None else min(expires_at, deadline)
+
+
 def task_counts() -> dict[tuple[str, str | None], int]:
     """Tasks by (condition, outcome) for the dashboard, from the counters the database keeps
     (a few rows, whatever the number of tasks; no count over the task table)."""

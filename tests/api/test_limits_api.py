@@ -137,3 +137,26 @@ def test_a_child_over_rest_and_a_parent_that_cannot_cover_it():
     assert BudgetHold.objects.filter(child_task__isnull=False).count() == 1
     hidden = factories.task(factories.agent())
     assert_error(post_json(client, "/api/v1/tasks", {"name": "x", "parent": hidden.pk}), 404)
+
+
+def test_the_claim_tells_an_agent_how_much_of_the_deadline_is_left():
+    alice = factories.agent()
+    task = factories.task(alice, deadline_seconds=300)
+    op = factories.operation(alice, task, executor="agent")
+    claim = alice.client().post(f"/api/v1/operations/{op.pk}/claim").json()
+    assert claim["deadline"] is not None
+    assert 0 < claim["deadline_remaining_seconds"] <= 300
+
+
+def test_waits_and_approvals_are_capped_at_the_tasks_deadline():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runtime.tasks import within_task_deadline
+
+    now = timezone.now()
+    deadline = now + timedelta(minutes=5)
+    assert within_task_deadline(now + timedelta(hours=1), deadline) == deadline
+    assert within_task_deadline(now + timedelta(minutes=1), deadline) == now + timedelta(minutes=1)
+    assert within_task_deadline(now + timedelta(hours=1), None) == now + timedelta(hours=1)
