@@ -71,6 +71,13 @@ def task_budget(task_id: str) -> dict[str, Any]:
     return cached
 
 
+def budget_remember(task_id: str, budget: dict[str, Any] | None) -> None:
+    """Keep a task's limits read by a statement that had them anyway (claim, proposal)."""
+    if len(_BUDGETS) >= _BUDGETS_MAX:
+        _BUDGETS.clear()
+    _BUDGETS[task_id] = budget or {}
+
+
 def cleanup_reserve(limit: int) -> int:
     return limit * int(settings.BUDGET_RESERVE_PERCENT) // 100
 

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from runtime.budgets import budget_remember
 from runtime.events import TaskRow, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
@@ -147,7 +148,7 @@ WITH op AS (
     AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
-  RETURNING {", ".join("o." + c for c in _OP_NAMES)}
+  RETURNING {", ".join("o." + c for c in _OP_NAMES)}, t.budget AS task_budget
 ), task AS ({_TASK_TOUCH}
 ), ev AS (
   INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
@@ -163,7 +164,8 @@ WITH op AS (
 ), spent AS (
   DELETE FROM runtime_outboxmessage WHERE operation_id = (SELECT id FROM op)
 )
-SELECT {", ".join("op." + c for c in _OP_NAMES)}, {", ".join("task." + c for c in _TASK_NAMES)}
+SELECT {", ".join("op." + c for c in _OP_NAMES)}, {", ".join("task." + c for c in _TASK_NAMES)},
+  op.task_budget
 FROM op, task
 """  # noqa: S608 (only constants are formatted in; every value is a bound parameter)
 
@@ -207,7 +209,10 @@ def claim_txn(
         if isinstance(values[name], str):
             values[name] = json.loads(values[name])
     op = Operation(**values)
-    task = _task_row(row[len(_OP_NAMES) :])
+    task = _task_row(row[len(_OP_NAMES) : len(_OP_NAMES) + len(_TASK_NAMES)])
+    # Limits: the task's (immutable) budget rides along, so settling needs no statement.
+    budget = row[-1]
+    budget_remember(op.task_id, json.loads(budget) if isinstance(budget, str) else budget)
     if _stopping(task):
         raise StoppedUnderLock
     _hint_after_commit(task, "operation.claimed")

@@ -28,6 +28,7 @@ from runtime.budgets import (
     budget_mark_unknown_txn,
     budget_rehold_needed,
     budget_release_txn,
+    budget_remember,
     budget_reserve_txn,
     task_budget,
 )
@@ -245,6 +246,7 @@ def _claim_txn(
     if op.next_attempt_at is not None and op.next_attempt_at > now:
         return Refusal("the retry is not due yet")
     task = op.task
+    budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
         return _settle_or_refuse(op, S.CANCELLED, now=now, reason=_stop_reason(task))
@@ -428,9 +430,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                 operation=op, lease_generation=generation, outcome__isnull=True
             ).update(outcome=Invocation.OUTCOME_LOST, finished_at=now)
             # Limits: the lost call's usage is unknown, never free.
-            budget_mark_unknown_txn(
-                budget=task_budget(op.task_id), op=op, actor="system:sweeper", now=now
-            )
+            budget_mark_unknown_txn(budget=op.task.budget, op=op, actor="system:sweeper", now=now)
             if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             elif target != S.PENDING:

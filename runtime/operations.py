@@ -21,7 +21,12 @@ from django.utils import timezone
 from runtime import hotpath
 from runtime.actors import Actor, task_scope
 from runtime.admission import queue_admit_txn
-from runtime.budgets import budget_reserve_txn, budget_settle_txn, task_budget
+from runtime.budgets import (
+    budget_remember,
+    budget_reserve_txn,
+    budget_settle_txn,
+    task_budget,
+)
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -98,6 +103,7 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         raise NotFound("no such task")
     adapter = adapter_for(spec.tool)
     adapter.validate(spec.params)
+    budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     # A new attempt is a new pursuit: its derived keys carry the attempt number.
     attempt_number = task.current_attempt.number if task.current_attempt else 1
     key = spec.idempotency_key or adapter.key_for(
