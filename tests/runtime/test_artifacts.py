@@ -165,7 +165,11 @@ def test_acceptance_against_a_stale_version_is_refused_with_nothing_changed(fs_a
     stale = version(task)
     with transaction.atomic():
         task_transition_txn(
-            Task.objects.get(pk=task.pk), now=timezone.now(), fields={}, event_type="task.note"
+            Task.objects.get(pk=task.pk),
+            now=timezone.now(),
+            fields={},
+            event_type="task.note",
+            actor="user:test",
         )
     with pytest.raises(TransitionRejected) as refused:
         artifacts.artifact_accept(alice.actor, artifact.pk, expected_state_version=stale)
@@ -331,6 +335,7 @@ def test_reconciliation_deletes_true_orphans_only(artifact_backend, settings):
             fields={"outcome": "failed"},
             target_condition="terminal",
             event_type="task.failed",
+            actor="user:test",
         )
     # An upload that died after its bytes reached storage: the row is still staged.
     crashed = upload(alice, running, b"crashed after put", name="c.txt", media_type="text/plain")
