@@ -17,7 +17,6 @@ POINTS = frozenset(
     {
         "operation.updated",  # the operation row is updated (locked); the task not yet touched
         "claim.after_read",  # the claim read the operation and its task, nothing locked yet
-        "claim.after_commit",  # the claim committed; the worker has not invoked the tool yet
         "report.before_commit",  # the acceptance is written, not yet committed
         "sweep.after_read",  # the sweeper read an expired lease, not yet taken it over
         "resolve.after_lookup",  # a lookup resolution asked the receiver, no transaction open

@@ -62,6 +62,14 @@ _OP_COLUMNS = (
     "timeout_seconds, result, error, status_reason, compensates_id, created_at, updated_at"
 )
 _OP_NAMES = tuple(c.strip() for c in _OP_COLUMNS.split(","))
+# The outbox row a statement writes for worker-run work (when %(announce)s), due at {available}.
+_ANNOUNCE = """
+  INSERT INTO runtime_outboxmessage
+    (topic, operation_id, payload, created_at, available_at, publish_count)
+  SELECT 'operation.execute', op.id, '{{}}'::jsonb, %(now)s, {available}, 0
+  FROM op WHERE %(announce)s
+  RETURNING id"""
+
 _JSON_COLUMNS = ("params", "estimate", "result", "error")
 _TASK_NAMES = (
     "id",
@@ -258,14 +266,9 @@ WITH op AS (
   UPDATE runtime_invocation SET outcome = %(inv_outcome)s, finished_at = %(now)s,
     receipt = %(receipt)s, provider_handle = %(handle)s
   WHERE operation_id = (SELECT id FROM op) AND lease_generation = %(generation)s
-), retry AS (
-  INSERT INTO runtime_outboxmessage
-    (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, '{{}}'::jsonb, %(now)s, %(next_at)s, 0
-  FROM op WHERE %(announce)s
-  RETURNING id
+), announce AS ({_ANNOUNCE.format(available="%(next_at)s")}
 )
-SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM retry)
+SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM announce)
 FROM op, task
 """  # noqa: S608
 
@@ -338,12 +341,7 @@ WITH op AS (
   RETURNING id, task_id, state_version
 ), task AS ({_TASK_TOUCH}
 ), ev AS ({_EVENT}
-), announce AS (
-  INSERT INTO runtime_outboxmessage
-    (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, '{{}}'::jsonb, %(now)s, %(now)s, 0
-  FROM op WHERE %(announce)s
-  RETURNING id
+), announce AS ({_ANNOUNCE.format(available="%(now)s")}
 )
 SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM announce)
 FROM op, task
