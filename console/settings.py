@@ -174,6 +174,27 @@ CELERY_QUEUE = os.environ.get("CELERY_QUEUE", "operations")
 # Retries: full-jitter exponential backoff, uniform over [0, min(cap, base * 2^(n-1))].
 RETRY_BASE_SECONDS = float(os.environ.get("RETRY_BASE_SECONDS") or 1.0)
 RETRY_CAP_SECONDS = float(os.environ.get("RETRY_CAP_SECONDS") or 60.0)
+# Limits (issue 11). The share of every budget meter kept for cleanup (compensations, checks):
+# ordinary work cannot spend it.
+BUDGET_RESERVE_PERCENT = _env_int("BUDGET_RESERVE_PERCENT", 10)
+
+
+def _env_map(name: str) -> dict[str, int]:
+    """``tool_class=N,other=M`` -> {tool_class: N, other: M}."""
+    out: dict[str, int] = {}
+    for part in (os.environ.get(name) or "").split(","):
+        if "=" in part:
+            key, _, value = part.partition("=")
+            out[key.strip()] = int(value)
+    return out
+
+
+# Admission control per tool class: at most N running at once, at most M admitted and waiting.
+TOOL_CONCURRENCY = _env_map("TOOL_CONCURRENCY")
+TOOL_QUEUE_CAPACITY = _env_map("TOOL_QUEUE_CAPACITY")
+# A worker-run operation that has not stopped this long after its cancel was requested is ended
+# by its worker (the child process is terminated).
+CANCEL_GRACE_SECONDS = float(os.environ.get("CANCEL_GRACE_SECONDS") or 10.0)
 # How long Redis keeps an unacknowledged message before delivering it again; duplicates are
 # harmless (the claim is the dedupe), so this only bounds how long a lost worker's message waits.
 BROKER_VISIBILITY_TIMEOUT = _env_int("BROKER_VISIBILITY_TIMEOUT", 300)

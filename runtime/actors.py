@@ -47,6 +47,7 @@ SYSTEM = Actor(kind="system", name="runtime")
 # Journal actors of the machinery itself (an event always names who or what caused it).
 SWEEPER = "system:sweeper"
 SAGA = "system:saga"
+RUNTIME = "system:runtime"
 
 
 def execution_actor(execution_id: str | None) -> str:

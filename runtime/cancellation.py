@@ -11,6 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import Actor
+from runtime.budgets import child_settle_txn
+from runtime.children import children_live_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused
 from runtime.leases import cancel_requested_txn, operation_settle_txn
@@ -75,34 +77,58 @@ def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
         return task
     if task.condition == TaskCondition.TERMINAL:
         raise TaskRefused("the task has ended", code="task_terminal")
-    now = timezone.now()
     with transaction.atomic():
-        task, locked = _stop_begin_txn(task_id)
-        if task.cancellation != Cancellation.NONE:
-            return task
-        if task.condition == TaskCondition.TERMINAL:
-            raise TaskRefused("the task has ended", code="task_terminal")
-        reason = reason or "cancelled"
-        task_transition_txn(
-            task,
-            now=now,
-            fields={"cancellation": Cancellation.REQUESTED, "terminal_reason": reason[:2000]},
-            event_type="task.cancel_requested",
-            actor=actor.label,
-            data={"reason": reason},
-        )
-        _stop_covered_work_txn(task, locked, now=now, actor=actor.label, reason=reason)
-        task.refresh_from_db()
-        task_transition_txn(
-            task,
-            now=now,
-            fields={"cancellation": Cancellation.ACKNOWLEDGED},
-            event_type="task.cancel_acknowledged",
-            actor=actor.label,
-        )
-        task_quiesce_txn(task.pk, now=now, actor=actor.label)
+        if not task_cancel_txn(task_id, actor=actor.label, reason=reason):
+            task.refresh_from_db()
+            if task.condition == TaskCondition.TERMINAL and task.cancellation == Cancellation.NONE:
+                raise TaskRefused("the task has ended", code="task_terminal")
     task.refresh_from_db()
     return task
+
+
+def task_cancel_txn(task_id: str, *, actor: str, reason: str) -> bool:
+    """Request and acknowledge the cancellation inside the caller's transaction; False when the
+    task was already stopping or ended. Its children are cancelled after this commits.
+
+    Preconditions: the caller authorised ``actor`` (or is the runtime cascading a parent's
+    stop)."""
+    now = timezone.now()
+    task, locked = _stop_begin_txn(task_id)
+    if task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL:
+        return False
+    reason = reason or "cancelled"
+    task_transition_txn(
+        task,
+        now=now,
+        fields={"cancellation": Cancellation.REQUESTED, "terminal_reason": reason[:2000]},
+        event_type="task.cancel_requested",
+        actor=actor,
+        data={"reason": reason},
+    )
+    _stop_covered_work_txn(task, locked, now=now, actor=actor, reason=reason)
+    task.refresh_from_db()
+    task_transition_txn(
+        task,
+        now=now,
+        fields={"cancellation": Cancellation.ACKNOWLEDGED},
+        event_type="task.cancel_acknowledged",
+        actor=actor,
+    )
+    task_quiesce_txn(task.pk, now=now, actor=actor)
+    _cascade_after_commit(task.pk, actor=actor, reason=reason)
+    return True
+
+
+def _cascade_after_commit(task_id: str, *, actor: str, reason: str) -> None:
+    """Children stop with their parent, each in a transaction of its own once the parent's stop
+    committed (the sweeper repeats it if this process dies first)."""
+    from runtime.children import children_cancel
+
+    def cascade() -> None:
+        if Task.objects.filter(parent_id=task_id).exists():
+            children_cancel(task_id, actor=actor, reason=f"parent stopped: {reason}")
+
+    transaction.on_commit(cascade, robust=True)
 
 
 def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
@@ -130,20 +156,26 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
             data={"reason": reason},
         )
         task_quiesce_txn(task.pk, now=now, actor=actor.label)
+        _cascade_after_commit(task.pk, actor=actor.label, reason=reason)
     task.refresh_from_db()
     return task
 
 
 def task_quiesce_txn(task_id: str, *, now: datetime, actor: str) -> None:
     """Inside the caller's transaction, after any settling: a cancelled task with nothing active
-    becomes quiescent and terminal; an ended task that asked for compensation unwinds.
-    ``actor`` is whoever's change let the task come to rest."""
+    (and no live child) becomes quiescent and terminal; an ended task that asked for
+    compensation unwinds. ``actor`` is whoever's change let the task come to rest."""
     from runtime.compensation import saga_next_txn, saga_wanted
 
     task = Task.objects.get(pk=task_id)
     if task.ops_active:
         return
+    if task.parent_id is not None and task.condition == TaskCondition.TERMINAL:
+        _child_ended_txn(task, now=now, actor=actor)
     if task.cancellation == Cancellation.ACKNOWLEDGED:
+        if children_live_txn(task.pk):
+            # Structured concurrency: a parent is quiescent only once its children are.
+            return
         task_transition_txn(
             task,
             now=now,
@@ -153,5 +185,20 @@ def task_quiesce_txn(task_id: str, *, now: datetime, actor: str) -> None:
             actor=actor,
             data={"reason": task.terminal_reason},
         )
+        task.refresh_from_db()
+        if task.parent_id is not None:
+            _child_ended_txn(task, now=now, actor=actor)
     if task.condition == TaskCondition.TERMINAL and saga_wanted(task):
         saga_next_txn(task.pk, now=now)
+
+
+def _child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
+    """A child with nothing active ended: its consumption replaces its allocation's hold in the
+    parent's ledger, and the parent (maybe waiting for it) is looked at after commit."""
+    child_settle_txn(child=task, now=now)
+    parent_id = task.parent_id
+    if parent_id is None:
+        return
+    from runtime.children import parent_quiesce
+
+    transaction.on_commit(lambda: parent_quiesce(parent_id, actor=actor), robust=True)

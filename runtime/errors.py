@@ -87,6 +87,23 @@ class TaskRefused(Conflict):
     """The task does not admit new work (cancelled, paused, terminal, past deadline, no budget)."""
 
 
+class BudgetExhausted(Conflict):
+    """The attempt's ledger cannot cover this reservation."""
+
+    code = "budget_exhausted"
+
+
+class QueueFull(DomainError):
+    """The tool class admits no more waiting work now; ``retry_after`` says when to try again."""
+
+    status = 429
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = max(1, int(retry_after))
+
+
 class IdempotencyKeyReused(DomainError):
     """The idempotency key was used before with different parameters."""
 

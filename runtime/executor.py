@@ -13,6 +13,7 @@ from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
 from runtime.models import Operation
 from runtime.operations import Report, operation_report
+from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,14 @@ def operation_execute(operation_id: str) -> str:
         if lease.operation_exists:
             claim_refused_record(operation_id, execution_id, lease.reason)
         return "nothing_to_claim"
-    report = _invoke(lease.operation, lease)
+    # Limits: a call that ignores a cancel past the grace period is ended by this worker.
+    with CancelWatch(
+        operation_id=operation_id,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+    ):
+        report = _invoke(lease.operation, lease)
     try:
         operation_report(
             operation_id,

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from runtime.budgets import budget_remember
 from runtime.events import TaskRow, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
@@ -87,6 +88,14 @@ _TASK_NAMES = (
 def enabled() -> bool:
     """On PostgreSQL, unless switched off (``HOTPATH = False``: tests of the general path)."""
     return connection.vendor == "postgresql" and getattr(settings, "HOTPATH", True)
+
+
+def ledger_needed(budget: dict[str, Any] | None) -> bool:
+    """Whether the task's budget makes the ledger part of a proposal or an acceptance. These
+    statements carry no ledger: for a task with a budget the caller declines to the general
+    path, whose guarded meter UPDATEs hold and settle in the same transaction
+    (``runtime.budgets``). The claim statement declines by itself (see ``_CLAIM_SQL``)."""
+    return bool(budget)
 
 
 def _deltas(source: str | None, target: str) -> dict[str, int]:
@@ -155,7 +164,8 @@ WITH op AS (
     AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
-  RETURNING {", ".join("o." + c for c in _OP_NAMES)}
+    AND (o.attempts_used = 0 OR t.budget = '{{}}'::jsonb)
+  RETURNING {", ".join("o." + c for c in _OP_NAMES)}, t.budget AS task_budget
 ), task AS ({_TASK_TOUCH}
 ), ev AS (
   INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
@@ -171,7 +181,8 @@ WITH op AS (
 ), spent AS (
   DELETE FROM runtime_outboxmessage WHERE operation_id = (SELECT id FROM op)
 )
-SELECT {", ".join("op." + c for c in _OP_NAMES)}, {", ".join("task." + c for c in _TASK_NAMES)}
+SELECT {", ".join("op." + c for c in _OP_NAMES)}, {", ".join("task." + c for c in _TASK_NAMES)},
+  op.task_budget
 FROM op, task
 """  # noqa: S608 (only constants are formatted in; every value is a bound parameter)
 
@@ -189,8 +200,10 @@ def claim_txn(
 ) -> Operation | None:
     """The common claim in one statement: a due, unstopped, in-deadline, supported operation with
     attempts left moves to running under the next generation, with its event, its invocation and
-    its outbox rows consumed. Returns the claimed operation as it now is, or None when the
-    common case does not apply (nothing was written). Inside the caller's transaction; raises
+    its outbox rows consumed. A re-dispatch of a budgeted task's operation is not covered (it may
+    have to hold its estimate again after a lost call: the general path's ledger check). Returns
+    the claimed operation as it now is, or None when the common case does not apply (nothing was
+    written). Inside the caller's transaction; raises
     StoppedUnderLock when the task's stop won the race for the task row."""
     params = {
         "id": operation_id,
@@ -216,7 +229,10 @@ def claim_txn(
         if isinstance(values[name], str):
             values[name] = json.loads(values[name])
     op = Operation(**values)
-    task = _task_row(row[len(_OP_NAMES) :])
+    task = _task_row(row[len(_OP_NAMES) : len(_OP_NAMES) + len(_TASK_NAMES)])
+    # Limits: the task's (immutable) budget rides along, so settling needs no statement.
+    budget = row[-1]
+    budget_remember(op.task_id, json.loads(budget) if isinstance(budget, str) else budget)
     if _stopping(task):
         raise StoppedUnderLock
     _hint_after_commit(task, "operation.claimed")

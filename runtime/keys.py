@@ -4,9 +4,13 @@ A key is made once, before the first call, and never changed to get past an ambi
 from __future__ import annotations
 
 
-def key_step(task_id: str, step: str, resource: str, intent_version: int) -> str:
-    """A step's side effect: business instance + step + resource + intent version."""
-    return f"{task_id}:{step}:{resource}:v{intent_version}"
+def key_step(
+    task_id: str, step: str, resource: str, intent_version: int, *, attempt: int = 1
+) -> str:
+    """A step's side effect: business instance (+ attempt from the second on: a new pursuit is
+    not a recovery) + step + resource + intent version."""
+    instance = task_id if attempt <= 1 else f"{task_id}:a{attempt}"
+    return f"{instance}:{step}:{resource}:v{intent_version}"
 
 
 def key_trigger(source: str, event_id: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import random
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,8 +24,17 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import SWEEPER, execution_actor
+from runtime.admission import concurrency_slot_free_txn
+from runtime.budgets import (
+    budget_mark_unknown_txn,
+    budget_rehold_needed,
+    budget_release_txn,
+    budget_remember,
+    budget_reserve_txn,
+    task_budget,
+)
 from runtime.crashpoints import crash_point
-from runtime.errors import NotClaimable, StaleLease, TransitionRejected
+from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
@@ -85,6 +95,10 @@ class _StoppedUnderLock(Exception):
     """The task's stop committed while the claim waited for the task row: undo the claim."""
 
 
+class _LedgerRefused(Exception):
+    """A re-dispatch after a lost call could not hold its estimate again: undo the claim."""
+
+
 def operation_claim(
     operation_id: str,
     *,
@@ -106,6 +120,9 @@ def operation_claim(
     actor = actor or execution_actor(execution_id)
     try:
         with transaction.atomic():
+            # Limits: a tool class at its concurrency limit starts nothing (slot lock first).
+            if executor == Operation.EXECUTOR_WORKER and not _slot_free_txn(operation_id, now):
+                return Refusal("the tool class is at its concurrency limit")
             if hotpath.enabled():
                 lease = _claim_fast_txn(
                     operation_id,
@@ -115,12 +132,15 @@ def operation_claim(
                     now=now,
                 )
                 if lease is not None:
+                    # (A re-dispatch of a budgeted task's work is left to _claim_txn's re-hold.)
                     return lease
             return _claim_txn(
                 operation_id, execution_id=execution_id, executor=executor, actor=actor, now=now
             )
     except (_StoppedUnderLock, hotpath.StoppedUnderLock):
         pass
+    except _LedgerRefused:
+        return _ledger_refused(operation_id, now, actor=actor)
     # The claim rolled back; settle the work for the stop in a transaction of its own.
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
@@ -128,6 +148,64 @@ def operation_claim(
             return Refusal("the task stopped")
         reason = _stop_reason(op.task)
         return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=reason)
+
+
+def _slot_free_txn(operation_id: str, now: datetime) -> bool:
+    """Whether the operation's tool class has a free concurrency slot (no statement at all when
+    no class is limited). When not, the work stays due and is announced again shortly, instead
+    of waiting for the sweeper's grace period."""
+    if not settings.TOOL_CONCURRENCY:
+        return True
+    tool = Operation.objects.filter(pk=operation_id).values_list("tool", flat=True).first()
+    if tool is None or concurrency_slot_free_txn(tool):
+        return True
+    outbox_consume_txn(operation_id)
+    outbox_enqueue_txn(
+        topic=TOPIC_EXECUTE,
+        operation_id=operation_id,
+        now=now,
+        available_at=now + timedelta(seconds=random.uniform(0.2, 0.6)),
+    )
+    return False
+
+
+def _rehold_txn(op: Operation, now: datetime) -> None:
+    """A re-dispatch after a lost call (its hold turned unknown) holds the estimate again, or does
+    not start (raises _LedgerRefused). No statement for a first call or an unbudgeted task."""
+    if op.attempts_used <= 1:
+        return
+    budget = task_budget(op.task_id)
+    if not budget_rehold_needed(budget, op):
+        return
+    try:
+        budget_reserve_txn(
+            budget=budget,
+            op=op,
+            number=op.attempts_used,
+            now=now,
+            cleanup=op.compensates_id is not None,
+        )
+    except BudgetExhausted:
+        raise _LedgerRefused from None
+
+
+def _ledger_refused(operation_id: str, now: datetime, *, actor: str) -> Refusal:
+    """An earlier call's usage is unknown and the ledger cannot hold another: the work stops
+    here; where the earlier call may have had an effect, a person decides."""
+    with transaction.atomic():
+        op = Operation.objects.select_related("task").filter(pk=operation_id).first()
+        if op is None or op.status not in S.CLAIMABLE:
+            return Refusal("another claimant won")
+        reason = "budget exhausted: the ledger cannot hold another call"
+        pure = contract_of(op.tool) == Contract.PURE
+        return _settle_or_refuse(
+            op,
+            S.FAILED if pure else S.UNRESOLVED,
+            now=now,
+            actor=actor,
+            reason=reason,
+            fields={"error": {"kind": "budget_exhausted", "message": reason}},
+        )
 
 
 def _supported_tools() -> list[str]:
@@ -186,6 +264,7 @@ def _claim_txn(
     if op.next_attempt_at is not None and op.next_attempt_at > now:
         return Refusal("the retry is not due yet")
     task = op.task
+    budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
         return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=_stop_reason(task))
@@ -240,6 +319,7 @@ def _claim_txn(
         raise _StoppedUnderLock
     op.lease_generation = generation
     op.attempts_used = number
+    _rehold_txn(op, now)  # Limits: a re-dispatch after a lost call holds anew
     Invocation.objects.create(
         operation=op,
         number=number,
@@ -274,6 +354,8 @@ def operation_settle_txn(
         data={"reason": reason},
     )
     outbox_consume_txn(op.pk)
+    # Limits: work settled without a call gives its hold back.
+    budget_release_txn(budget=task_budget(op.task_id), op=op, actor=actor, now=now)
     after_settle_txn(op, transitioned.task, now=now, actor=actor)
 
 
@@ -366,6 +448,8 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             Invocation.objects.filter(
                 operation=op, lease_generation=generation, outcome__isnull=True
             ).update(outcome=Invocation.OUTCOME_LOST, finished_at=now)
+            # Limits: the lost call's usage is unknown, never free.
+            budget_mark_unknown_txn(budget=op.task.budget, op=op, actor=SWEEPER, now=now)
             if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             elif target != S.PENDING:

@@ -20,6 +20,13 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import Actor, execution_actor
+from runtime.admission import queue_admit_txn
+from runtime.budgets import (
+    budget_remember,
+    budget_reserve_txn,
+    budget_settle_txn,
+    task_budget,
+)
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -39,7 +46,7 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
-from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
+from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
 from runtime.transitions import OPERATION, OperationStatus
 
 S = OperationStatus
@@ -95,16 +102,23 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     it cannot race a cancellation.
     """
     _validate(spec)
-    task = Task.objects.filter(task_scope(actor), pk=task_id).first()
+    task = (
+        Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
+    )
     if task is None:
         raise NotFound("no such task")
     can_propose(actor, task)
     adapter = adapter_for(spec.tool)
     adapter.validate(spec.params)
+    budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
+    # A new attempt is a new pursuit: its derived keys carry the attempt number.
+    attempt_number = task.current_attempt.number if task.current_attempt else 1
     key = operation_key(
         task,
         spec.idempotency_key
-        or adapter.key_for(task.pk, spec.step, spec.params, spec.intent_version),
+        or adapter.key_for(
+            task.pk, spec.step, spec.params, spec.intent_version, attempt=attempt_number
+        ),
     )
     digest = params_hash(spec.params)
 
@@ -128,9 +142,13 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         timeout_seconds=spec.timeout_seconds,
         deadline=task.deadline,
     )
-    if hotpath.enabled():
+    if hotpath.enabled() and not hotpath.ledger_needed(task.budget):
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
+        # (A task with a budget declines to the general path, whose guarded meter UPDATEs hold
+        # the estimate in the same transaction.)
         with transaction.atomic():
+            # Limits: a tool class at its queue capacity refuses before anything is written.
+            queue_admit_txn(spec.tool)
             row = hotpath.propose_txn(op, actor=actor.label, now=now)
             if row is not None:
                 _admit(row, now)  # read under the task's row lock; a refusal rolls back
@@ -141,6 +159,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
             return _same_intent_or_conflict(existing, digest), False
         try:
             with transaction.atomic():
+                # Limits: a tool class at its queue capacity refuses before anything is written.
+                queue_admit_txn(spec.tool)
                 op.save(force_insert=True)
                 _, row = event_append_txn(
                     task_id=task.pk,
@@ -158,6 +178,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                     },
                 )
                 _admit(row, now)
+                # Limits: hold the estimate in the attempt's ledger (no statement unbudgeted).
+                budget_reserve_txn(budget=task.budget, op=op, number=0, now=now)
                 if spec.executor == Operation.EXECUTOR_WORKER:
                     outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             return op, True
@@ -301,6 +323,8 @@ def operation_report(
                     and snapshot.lease_generation == lease_generation
                     and snapshot.state_version == state_version
                     and snapshot.compensates_id is None
+                    # Limits: a budgeted task's settlement runs on the general path.
+                    and not hotpath.ledger_needed(task_budget(snapshot.task_id))
                 ):
                     accepted = _accept_fast_txn(
                         snapshot, report, lease_token, now=now, actor=actor, rng=rng
@@ -492,6 +516,11 @@ def report_decision(
         "lease_generation": op.lease_generation,
         "attempts_used": op.attempts_used,
     }
+    if op.cancel_requested or stopping:
+        # The result committed before any stop could end the call: it wins, and says so.
+        data["completed_after_cancel_request"] = True
+    if report.usage:
+        data["usage"] = dict(report.usage)
     if next_at is not None:
         data["retry_at"] = next_at.isoformat()
     if error:
@@ -551,6 +580,8 @@ def _apply_report_txn(
         receipt=decision.receipt,
         provider_handle=decision.provider_handle[:300],
     )
+    # Limits: observed usage replaces the hold (once per invocation; unknown stays apart).
+    _settle_budget_txn(op, report, decision, now=now, actor=actor)
     if decision.target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER:
         # Agent-run work is claimed by its agent over the API, never announced to workers.
         outbox_enqueue_txn(
@@ -560,6 +591,27 @@ def _apply_report_txn(
             available_at=decision.next_attempt_at,
         )
     compensation.after_settle_txn(op, transitioned.task, now=now, actor=actor)
+
+
+def _settle_budget_txn(
+    op: Operation, report: Report, decision: hotpath.Acceptance, *, now: datetime, actor: str
+) -> None:
+    budget = task_budget(op.task_id)
+    if not budget:
+        return
+    unknown = decision.invocation_outcome == Invocation.OUTCOME_UNKNOWN
+    budget_settle_txn(
+        budget=budget,
+        op=op,
+        number=op.attempts_used,
+        usage=report.usage,
+        outcome="unknown" if unknown else report.outcome,
+        final=decision.target != S.RETRY_SCHEDULED,
+        source="agent" if op.executor == Operation.EXECUTOR_AGENT else "adapter",
+        actor=actor,
+        now=now,
+        repeats_lost_call=contract_of(op.tool) in (Contract.REPLAY, Contract.LOOKUP),
+    )
 
 
 def agent_report(

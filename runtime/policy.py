@@ -14,6 +14,9 @@ so a refusal never reveals that another agent's task exists.
 | propose an operation | the task's agent; for a task a user created, that user |
 | claim / heartbeat / complete an agent-run operation | the task's agent only |
 | cancel or fail a task | the task's agent; the user who created it; an admin |
+| start a new attempt of a task | the task's agent; an admin |
+| create a child task | the parent's agent |
+| read a task's budget | whoever sees the task |
 | resolve an unresolved operation | support staff, admins (roles read fresh) |
 | approve or deny an action | operators, admins, never the requester |
 | use the console | a signed-in person with a console role |
@@ -89,6 +92,43 @@ def can_cancel(actor: Actor, task: Task) -> None:
     if _owns(actor, task) or fresh(actor).has_role(ROLE_ADMIN):
         return
     raise NotAuthorized("only the task's agent or an admin may stop it")
+
+
+def can_start_attempt(actor: Actor, task: Task) -> None:
+    """A new attempt (a new pursuit with its own allocation): the task's agent, or an admin."""
+    if actor.kind == "agent" and task.agent_id is not None and task.agent_id == actor.agent_id:
+        return
+    if fresh(actor).has_role(ROLE_ADMIN):
+        return
+    raise NotAuthorized("only the task's agent or an admin may start a new attempt")
+
+
+def can_create_child(actor: Actor, parent: Task) -> None:
+    """A child task draws on its parent's allowance: only the parent's agent may create one."""
+    can_create_task(actor)
+    if not (
+        actor.kind == "agent" and parent.agent_id is not None and parent.agent_id == actor.agent_id
+    ):
+        raise NotAuthorized("only the parent task's agent may create a child task")
+
+
+def can_read_budget(actor: Actor, task: Task) -> None:
+    """A task's ledger is read by whoever sees the task (``task_scope``; an unseen task is a
+    404 before this is asked, so this refuses only a task read outside that scope)."""
+    if _sees(actor, task):
+        return
+    raise NotAuthorized("the budget is read by those who see the task")
+
+
+def _sees(actor: Actor, task: Task) -> bool:
+    """``task_scope`` for one task already read (no statement)."""
+    if actor.kind == "agent":
+        return task.agent_id == actor.agent_id
+    if actor.kind == "system" or actor.is_console:
+        return True
+    if actor.kind == "user":
+        return task.created_by_id == actor.user_id
+    return False
 
 
 def can_write_outcomes(actor: Actor, task: Task) -> None:

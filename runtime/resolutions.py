@@ -11,6 +11,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import Actor
+from runtime.budgets import budget_resolve_txn
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
@@ -109,7 +110,7 @@ def operation_resolve(
     now = timezone.now()
     with transaction.atomic():
         operation_and_original_lock_txn(op.pk, op.compensates_id)
-        op = Operation.objects.get(pk=operation_id)
+        op = Operation.objects.select_related("task").get(pk=operation_id)
         if op.state_version != state_version or op.status != S.UNRESOLVED:
             raise TransitionRejected("someone else changed this operation first")
         from_status = op.status
@@ -141,6 +142,9 @@ def operation_resolve(
 
             compensation = compensation_start_txn(op, actor=actor.label, now=now)
             _audit(op, actor, resolution, evidence, from_status, S.COMPENSATING, now)
+            budget_resolve_txn(
+                budget=op.task.budget, op=op, effect=True, actor=actor.label, now=now
+            )
             return Operation.objects.get(pk=compensation.compensates_id)
 
         fields["status_reason"] = f"resolved by {actor.name}: {resolution}"
@@ -158,6 +162,10 @@ def operation_resolve(
             # operation was refused above instead of colliding on the invocation number.
             _lookup_invocation_txn(op, looked_up, now)
         _audit(op, actor, resolution, evidence, from_status, target, now)
+        # Limits: a person's word (or the receiver's record) settles what the lost call may
+        # have cost: posted at its hold when there was an effect, released when there was none.
+        effect = {"succeeded": True, "no_effect": False, "lookup": bool(looked_up)}.get(resolution)
+        budget_resolve_txn(budget=op.task.budget, op=op, effect=effect, actor=actor.label, now=now)
         if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
             outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
         if op.compensates_id:

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runtime.artifacts import artifact_reconcile, reconcile_due
+from runtime.children import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
 
@@ -25,6 +26,7 @@ def sweep_once() -> dict[str, int]:
     counts = {
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
+        "children": children_sweep(now),
         "broker_purged": embedded_broker_purge(),
     }
     if reconcile_due(now, _last_reconcile[-1] if _last_reconcile else None):

@@ -11,10 +11,17 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from runtime.actors import Actor
+from runtime.budgets import (
+    MeterView,
+    budget_meters,
+    budget_validate,
+    child_allocate_txn,
+    ledger_open_txn,
+)
 from runtime.errors import InvalidInput, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Task
-from runtime.policy import can_create_task, task_scope
+from runtime.policy import can_create_child, can_create_task, can_read_budget, task_scope
 from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
@@ -26,6 +33,7 @@ class TaskSpec:
     input: dict[str, Any] = field(default_factory=dict)
     deadline_seconds: int | None = None
     budget: dict[str, Any] | None = None
+    parent: str | None = None
     required_checks: list[dict[str, Any]] = field(default_factory=list)
     compensate_on: list[str] = field(default_factory=list)
 
@@ -51,19 +59,24 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
     from runtime.checks import required_checks_create_txn, required_checks_validate
 
     checks = required_checks_validate(spec.required_checks)
+    limits = budget_validate(spec.budget)
     now = timezone.now()
+    deadline = now + timedelta(seconds=spec.deadline_seconds) if spec.deadline_seconds else None
     with transaction.atomic():
+        parent = _parent_lock_txn(actor, spec.parent, now=now) if spec.parent else None
+        if parent is not None and parent.deadline is not None:
+            # A child inherits its parent's deadline, or keeps a shorter one of its own.
+            deadline = min(deadline, parent.deadline) if deadline else parent.deadline
         task = Task.objects.create(
             name=name,
             input=spec.input,
             agent_id=actor.agent_id if actor.kind == "agent" else None,
             created_by_id=actor.user_id if actor.kind == "user" else None,
-            deadline=now + timedelta(seconds=spec.deadline_seconds)
-            if spec.deadline_seconds
-            else None,
+            deadline=deadline,
             compensate_on=sorted(set(spec.compensate_on)),
+            parent=parent,
         )
-        attempt = Attempt.objects.create(task=task, number=1)
+        attempt = Attempt.objects.create(task=task, number=1, created_by=actor.label)
         required_checks_create_txn(task, checks)
         Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
         task.current_attempt = attempt
@@ -73,10 +86,44 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
             state_version=task.state_version,
             now=now,
             actor=actor.label,
-            data={"name": name, "attempt": attempt.number},
+            data={"name": name, "attempt": attempt.number, "parent": spec.parent},
         )
+        if parent is not None:
+            limits = child_allocate_txn(
+                parent=parent, child=task, attempt=attempt, requested=limits, now=now
+            )
+            event_append_txn(
+                task_id=parent.pk,
+                type="task.child_created",
+                state_version=parent.state_version,
+                now=now,
+                actor=actor.label,
+                data={"child": task.pk, "allocation": limits},
+            )
+        elif limits:
+            ledger_open_txn(task=task, attempt=attempt, limits=limits)
+        if limits:
+            Task.objects.filter(pk=task.pk).update(budget=limits)
         task.refresh_from_db()
     return task
+
+
+def _parent_lock_txn(actor: Actor, parent_id: str, *, now: datetime) -> Task:
+    """The parent, locked, if the actor may see it and it still admits work: a child cannot be
+    born to a task that is stopping (the cancel holds this lock while it acknowledges)."""
+    parent = Task.objects.filter(task_scope(actor), pk=parent_id).first()
+    if parent is None:
+        raise NotFound("no such parent task")
+    can_create_child(actor, parent)
+    parent = Task.objects.select_for_update().get(pk=parent_id)
+    task_admission_check(
+        condition=parent.condition,
+        cancellation=parent.cancellation,
+        paused=parent.paused,
+        deadline=parent.deadline,
+        now=now,
+    )
+    return parent
 
 
 def task_get(actor: Actor, task_id: str) -> Task:
@@ -87,6 +134,13 @@ def task_get(actor: Actor, task_id: str) -> Task:
     if task is None:
         raise NotFound("no such task")
     return task
+
+
+def task_budget_read(actor: Actor, task_id: str) -> tuple[Task, list[MeterView]]:
+    """The task and the meters of its current attempt's ledger (policy.can_read_budget)."""
+    task = task_get(actor, task_id)
+    can_read_budget(actor, task)
+    return task, budget_meters(task)
 
 
 def task_list(
@@ -115,6 +169,13 @@ def task_list(
         at, last_id = before
         qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
     return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def task_list_by_ids(actor: Actor, ids: list[str]) -> list[Task]:
+    """The named tasks the actor may see (a selector for short lists, such as the dashboard's)."""
+    if not ids:
+        return []
+    return list(Task.objects.filter(task_scope(actor), pk__in=ids))
 
 
 def task_pending_operation_ids(task: Task) -> list[str]:
@@ -152,6 +213,12 @@ def task_admission_check(
         raise TaskRefused("the task is paused", code="task_paused")
     if deadline is not None and now >= deadline:
         raise TaskRefused("the task's deadline has passed", code="deadline_exceeded")
+
+
+def within_task_deadline(expires_at: datetime, deadline: datetime | None) -> datetime:
+    """The validity of anything that waits on a task's behalf (an approval, a durable wait, a
+    timer): never beyond the task's deadline. Pure; for the services that create them."""
+    return expires_at if deadline is None else min(expires_at, deadline)
 
 
 def task_counts() -> dict[tuple[str, str | None], int]:

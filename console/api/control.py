@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from console.api import schema as doc
 from console.api.auth import actor_of
 from console.api.idempotency import idempotent
-from console.api.serializers import Int, Text, parse
+from console.api.serializers import AttemptIn, Int, Text, attempt_out, budget_out, parse
 from console.api.views import ApiView, operation_body, task_body
-from runtime import cancellation, policy, resolutions
+from runtime import attempts, cancellation, policy, resolutions, tasks
 from runtime.errors import NotFound, NotImplementedRoute
 
 
@@ -70,6 +70,30 @@ class OperationResolve(ApiView):
             state_version=data["state_version"],
         )
         return Response(operation_body(op))
+
+
+class TaskAttempts(ApiView):
+    @extend_schema(
+        operation_id="v1_tasks_attempts_create",
+        request=AttemptIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({201: doc.NewAttemptSerializer}, write=True),
+    )
+    @idempotent
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parse(AttemptIn, request.data or {})
+        attempt = attempts.attempt_create(actor_of(request), task_id, reason=data["reason"])
+        return Response(attempt_out(attempt), status=201)
+
+
+class TaskBudget(ApiView):
+    @extend_schema(
+        operation_id="v1_tasks_budget_retrieve",
+        responses=doc.responses({200: doc.BudgetSerializer}),
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        task, meters = tasks.task_budget_read(actor_of(request), task_id)
+        return Response(budget_out(task, meters))
 
 
 class ReceiverEffects(ApiView):

@@ -51,6 +51,15 @@ class TaskSerializer(serializers.Serializer):
     cancellation = serializers.ChoiceField(choices=Cancellation.ALL)
     paused = serializers.BooleanField()
     deadline = serializers.DateTimeField(allow_null=True)
+    # (Named like the Serializer attribute; the metaclass takes it out of the class body.)
+    parent = serializers.CharField(  # type: ignore[assignment]
+        allow_null=True, help_text="The parent task of a child task."
+    )
+    budget = serializers.DictField(
+        child=serializers.IntegerField(min_value=0),
+        allow_null=True,
+        help_text="The declared limits ({meter: amount}); null without a budget.",
+    )
     pending = serializers.ListField(child=serializers.CharField())
     compensate_on = serializers.ListField(
         child=serializers.ChoiceField(choices=["failed", "cancelled"])
@@ -137,6 +146,34 @@ class LeaseSerializer(serializers.Serializer):
     )
     state_version = serializers.IntegerField()
     execution = serializers.CharField()
+    deadline = serializers.DateTimeField(allow_null=True, help_text="The task's deadline.")
+    deadline_remaining_seconds = serializers.FloatField(
+        allow_null=True, help_text="What was left of the deadline when the claim began."
+    )
+
+
+class NewAttemptSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    number = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(allow_blank=True)
+
+
+class MeterSerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=0)
+    reserved = serializers.IntegerField(min_value=0)
+    posted = serializers.IntegerField(min_value=0)
+    unknown = serializers.IntegerField(
+        min_value=0, help_text="Held by calls whose usage was lost: a possible liability."
+    )
+    available = serializers.IntegerField(min_value=0)
+    reserve = serializers.IntegerField(
+        min_value=0, help_text="Kept for completion checks and compensation."
+    )
+
+
+class BudgetSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(allow_null=True, help_text="The current attempt's number.")
+    meters = serializers.DictField(child=MeterSerializer())
 
 
 class HeartbeatSerializer(serializers.Serializer):

@@ -8,8 +8,9 @@ from typing import Any
 
 from rest_framework import serializers
 
+from runtime.budgets import MeterView
 from runtime.errors import InvalidInput
-from runtime.models import Event, Invocation, Operation, Task
+from runtime.models import Attempt, Event, Invocation, Operation, Task
 
 
 def iso(value: datetime | None) -> str | None:
@@ -59,6 +60,10 @@ class BudgetIn(serializers.Serializer):
     model_tokens = Int(required=False, min_value=0, max_value=MAX_AMOUNT)
 
 
+class AttemptIn(serializers.Serializer):
+    reason = Text(max_length=2000, required=False, allow_blank=True, default="")
+
+
 class CheckIn(serializers.Serializer):
     name = Text(max_length=200)
     checker = Text(max_length=100)
@@ -69,7 +74,10 @@ class TaskIn(serializers.Serializer):
     name = Text(max_length=300)
     input = serializers.DictField(required=False, default=dict)
     deadline_seconds = Int(required=False, allow_null=True, min_value=1)
-    budget = BudgetIn(required=False, allow_null=True)
+    # The builtin meters (BudgetIn) and any meter the task declares: {name: whole amount}.
+    budget = serializers.DictField(
+        child=Int(min_value=0, max_value=MAX_AMOUNT), required=False, allow_null=True
+    )
     required_checks = CheckIn(many=True, required=False, default=list)
     # Sagas: undo completed compensable effects, newest first, when the task ends this way.
     compensate_on = serializers.ListField(
@@ -77,6 +85,12 @@ class TaskIn(serializers.Serializer):
         required=False,
         default=list,
     )
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # ``parent`` names a serializer's own attribute in DRF, so the field is added here.
+        fields = dict(super().get_fields())
+        fields["parent"] = Text(max_length=64, required=False, allow_null=True)
+        return fields
 
 
 class OperationIn(serializers.Serializer):
@@ -87,7 +101,9 @@ class OperationIn(serializers.Serializer):
     intent_version = Int(required=False, default=1, min_value=1)
     idempotency_key = Text(max_length=300, required=False, allow_null=True)
     estimate = serializers.DictField(
-        child=serializers.FloatField(min_value=0), required=False, default=dict
+        child=serializers.FloatField(min_value=0, max_value=MAX_AMOUNT),
+        required=False,
+        default=dict,
     )
     executor = serializers.ChoiceField(
         choices=Operation.EXECUTORS, required=False, default="worker"
@@ -115,16 +131,16 @@ class CompleteIn(serializers.Serializer):
     result = serializers.JSONField(required=False, allow_null=True)
     error = ErrorIn(required=False, allow_null=True)
     usage = serializers.DictField(
-        child=serializers.FloatField(min_value=0), required=False, default=dict
+        child=serializers.FloatField(min_value=0, max_value=MAX_AMOUNT),
+        required=False,
+        default=dict,
     )
 
 
 # Fields of the contract (API.md) that nothing honours yet: refused by name, never accepted
 # and dropped. A feature that starts honouring a field removes it here.
 NOT_SUPPORTED_YET: dict[str, tuple[str, ...]] = {
-    "TaskIn": ("budget", "parent"),
-    "OperationIn": ("estimate", "approval_timeout_seconds"),
-    "CompleteIn": ("usage",),
+    "OperationIn": ("approval_timeout_seconds",),
 }
 
 
@@ -146,6 +162,19 @@ def parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str
 # --- responses ----------------------------------------------------------------------------
 
 
+def attempt_out(attempt: Attempt) -> dict[str, Any]:
+    return {"id": attempt.pk, "number": attempt.number, "reason": attempt.reason}
+
+
+def budget_out(task: Task, meters: list[MeterView]) -> dict[str, Any]:
+    """API.md's budget: the current attempt's meters (``reserve`` is the part kept for
+    completion checks and compensation, never available to ordinary work)."""
+    return {
+        "attempt": task.current_attempt.number if task.current_attempt else None,
+        "meters": {m.name: m.as_dict() for m in meters},
+    }
+
+
 def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
     attempt = task.current_attempt
     return {
@@ -160,6 +189,8 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         "cancellation": task.cancellation,
         "paused": task.paused,
         "deadline": iso(task.deadline),
+        "parent": task.parent_id,
+        "budget": task.budget or None,
         "pending": pending,
         "compensate_on": task.compensate_on,
         "created_at": iso(task.created_at),

@@ -27,6 +27,8 @@ urlpatterns = [
     ),
     path("tasks/<id:task_id>/cancel", control.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<id:task_id>/fail", control.TaskFail.as_view(), name="api-task-fail"),
+    path("tasks/<id:task_id>/attempts", control.TaskAttempts.as_view(), name="api-task-attempts"),
+    path("tasks/<id:task_id>/budget", control.TaskBudget.as_view(), name="api-task-budget"),
     path(
         "operations/<id:operation_id>/resolve",
         control.OperationResolve.as_view(),
@@ -58,12 +60,10 @@ urlpatterns = [
         path(route, control.NotImplementedYet.as_view(), name=f"api-planned-{n}")
         for n, route in enumerate(
             (
-                "tasks/<id:task_id>/attempts",
                 "tasks/<id:task_id>/signals",
                 "tasks/<id:task_id>/pause",
                 "tasks/<id:task_id>/resume",
                 "tasks/<id:task_id>/steer",
-                "tasks/<id:task_id>/budget",
                 "approvals",
                 "approvals/decisions",
                 "approvals/<id:approval_id>/decision",

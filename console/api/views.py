@@ -143,6 +143,7 @@ class TaskCollection(ApiView):
                 input=data.get("input") or {},
                 deadline_seconds=data.get("deadline_seconds"),
                 budget=data.get("budget"),
+                parent=data.get("parent"),
                 required_checks=data.get("required_checks") or [],
                 compensate_on=data.get("compensate_on") or [],
             ),
@@ -268,8 +269,19 @@ class OperationClaim(ApiView):
                 "lease_token": lease.lease_token,
                 "state_version": lease.state_version,
                 "execution": execution.pk,
+                # The deadline travels with the work: what is left of it when the claim began.
+                "deadline": s.iso(lease.operation.deadline),
+                "deadline_remaining_seconds": _remaining(lease.operation.deadline),
             }
         )
+
+
+def _remaining(deadline: Any) -> float | None:
+    if deadline is None:
+        return None
+    from django.utils import timezone
+
+    return max(0.0, round((deadline - timezone.now()).total_seconds(), 3))
 
 
 class OperationHeartbeat(ApiView):

@@ -18,12 +18,13 @@ from django.http import (
     JsonResponse,
 )
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
 from console.middleware import is_api, refusal
-from runtime import cancellation, operations, policy, tasks
+from runtime import attempts, budgets, cancellation, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import InvalidInput
@@ -106,8 +107,21 @@ def _dashboard_context(actor: Actor) -> dict[str, Any]:
         "by_condition": by_condition,
         "by_outcome": by_outcome,
         "recent": tasks.task_list(actor, limit=10),
+        "near_limit": _near_limit(actor),
         "feed_head": journal.feed_head(),
     }
+
+
+def _near_limit(actor: Actor) -> list[dict[str, Any]]:
+    """Live tasks with a meter at least 80% committed (reserved, posted or unknown), within what
+    the actor may see."""
+    rows = budgets.tasks_near_limit(threshold=0.8)
+    visible = {t.pk: t for t in tasks.task_list_by_ids(actor, [task_id for task_id, _, _ in rows])}
+    return [
+        {"task": visible[task_id], "meter": meter, "percent": round(used * 100)}
+        for task_id, meter, used in rows
+        if task_id in visible
+    ]
 
 
 @require_GET
@@ -194,6 +208,12 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     return {
         "task": task,
         "can_cancel": policy.allowed(policy.can_cancel, actor, task),
+        "meters": budgets.budget_meters(task)
+        if policy.allowed(policy.can_read_budget, actor, task)
+        else [],
+        "time_left": _time_left(task.deadline),
+        "attempts": attempts.attempts_of(task),
+        "children": list(task.children.order_by("created_at", "id")[:100]),
         "operations": [
             {
                 "op": op,
@@ -205,6 +225,20 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
         ],
         "rejections": [{"r": r, "detail": json_text(r.detail)} for r in rejections],
     }
+
+
+def _time_left(deadline: Any) -> str | None:
+    """The deadline's remaining time as people read it ("4m 05s left", "passed")."""
+    if deadline is None:
+        return None
+    seconds = int((deadline - timezone.now()).total_seconds())
+    if seconds <= 0:
+        return "passed"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m left"
+    return f"{minutes}m {secs:02d}s left"
 
 
 @require_POST

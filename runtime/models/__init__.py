@@ -1,4 +1,5 @@
 from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
+from runtime.models.budgets import BudgetHold, BudgetMeter, ToolSlot, UsageRecord
 from runtime.models.events import Event
 from runtime.models.operations import (
     Execution,
@@ -19,6 +20,8 @@ __all__ = [
     "ArtifactStatus",
     "Attempt",
     "AuditRecord",
+    "BudgetHold",
+    "BudgetMeter",
     "CheckResult",
     "Event",
     "Execution",
@@ -32,4 +35,6 @@ __all__ = [
     "Resolution",
     "Task",
     "TaskCount",
+    "ToolSlot",
+    "UsageRecord",
 ]

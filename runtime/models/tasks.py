@@ -55,6 +55,13 @@ class Task(models.Model):
     # in reverse order of completion.
     compensate_on = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
+    # Limits: the declared allowances ({meter: amount}); empty means the ledger does no work for
+    # this task (no statement on the hot path).
+    budget = models.JSONField(default=dict, blank=True)
+    # A child task draws its allocation from its parent's ledger and is cancelled with it.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -84,6 +91,8 @@ class Attempt(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=_attempt_id, editable=False)
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
+    reason = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

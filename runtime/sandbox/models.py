@@ -61,3 +61,15 @@ class FenceRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["receiver", "key"], name="fence_unique_per_key")
         ]
+
+
+class SlowCall(models.Model):
+    """Calls to the slow receiver (demo.slow): when each started and finished, and how much of
+    the task's deadline the caller said was left, so a test sees concurrency and deadlines from
+    the receiver's side."""
+
+    key = models.CharField(max_length=400, db_index=True)
+    fencing_token = models.PositiveIntegerField(default=0)
+    deadline_remaining = models.FloatField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)

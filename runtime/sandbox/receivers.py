@@ -14,7 +14,14 @@ from django.utils import timezone
 
 from runtime.hashing import params_hash
 from runtime.keys import key_namespace_of
-from runtime.sandbox.models import Charge, FenceRecord, Notification, PaymentRequest, Reservation
+from runtime.sandbox.models import (
+    Charge,
+    FenceRecord,
+    Notification,
+    PaymentRequest,
+    Reservation,
+    SlowCall,
+)
 
 KEY_RETENTION = timedelta(hours=24)
 
@@ -225,9 +232,30 @@ def notify_send(*, key: str, to: str, message: str) -> Response:
     return Response(200, {"id": note.pk, "delivered": True})
 
 
+# --- slow: a call that takes time ----------------------------------------------------------
+
+
+def slow_call(
+    *, key: str, seconds: float, fencing_token: int, deadline_remaining: float | None
+) -> Response:
+    """Record the start (with the deadline time the caller passed on), take ``seconds``, record
+    the end. The sleep is the receiver's work: it does not listen to anyone meanwhile."""
+    import time
+
+    call = SlowCall.objects.create(
+        key=key,
+        fencing_token=fencing_token,
+        deadline_remaining=deadline_remaining,
+        started_at=timezone.now(),
+    )
+    time.sleep(seconds)
+    SlowCall.objects.filter(pk=call.pk).update(finished_at=timezone.now())
+    return Response(200, {"id": call.pk})
+
+
 # --- the receivers' own view of what they committed ---------------------------------------
 
-RECEIVERS = ("payments", "inventory", "notify")
+RECEIVERS = ("payments", "inventory", "notify", "slow")
 
 
 def effects_under(receiver: str, key: str) -> list[dict[str, Any]]:
@@ -253,6 +281,17 @@ def effects_under(receiver: str, key: str) -> list[dict[str, Any]]:
         return [
             {"id": n.pk, "to": n.to, "message": n.message, "at": n.created_at.isoformat()}
             for n in Notification.objects.filter(key=key).order_by("created_at", "pk")
+        ]
+    if receiver == "slow":
+        return [
+            {
+                "id": c.pk,
+                "fencing_token": c.fencing_token,
+                "deadline_remaining": c.deadline_remaining,
+                "started_at": c.started_at.isoformat(),
+                "finished_at": c.finished_at.isoformat() if c.finished_at else None,
+            }
+            for c in SlowCall.objects.filter(key=key).order_by("started_at", "pk")
         ]
     raise KeyError(receiver)
 

@@ -33,6 +33,15 @@ class InvocationContext:
     deadline: datetime | None
     heartbeat: Callable[[], bool] = field(default=lambda: False)
 
+    def remaining_seconds(self, now: datetime | None = None) -> float | None:
+        """What is left of the deadline: adapters pass it on to receivers (a header or a
+        parameter), so a receiver does not start what cannot finish in time."""
+        if self.deadline is None:
+            return None
+        from django.utils import timezone
+
+        return max(0.0, (self.deadline - (now or timezone.now())).total_seconds())
+
 
 @dataclass
 class ToolResult:
@@ -66,6 +75,9 @@ class ToolAdapter:
     # Retries stop once this long has passed since the first attempt.
     max_elapsed_seconds: float | None = 3600.0
     demo: bool = False
+    # Admission control groups tools into classes (TOOL_CONCURRENCY, TOOL_QUEUE_CAPACITY); a
+    # tool without one is a class of its own.
+    tool_class: str = ""
 
     def validate(self, params: dict[str, Any]) -> None:
         """Raise InvalidInput for parameters this tool can never accept."""
@@ -86,11 +98,19 @@ class ToolAdapter:
     def compensation_params(self, result: Any) -> dict[str, Any]:
         raise NotImplementedError
 
-    def key_for(self, task_id: str, step: str, params: dict[str, Any], intent_version: int) -> str:
-        """The operation's idempotency key when the agent gives none (step-effect domain)."""
+    def key_for(
+        self,
+        task_id: str,
+        step: str,
+        params: dict[str, Any],
+        intent_version: int,
+        attempt: int = 1,
+    ) -> str:
+        """The operation's idempotency key when the agent gives none (step-effect domain); a
+        new attempt is a new pursuit, so its keys differ from the earlier attempt's."""
         from runtime.keys import key_step
 
-        return key_step(task_id, step, self.name, intent_version)
+        return key_step(task_id, step, self.name, intent_version, attempt=attempt)
 
     def supports(self, recorded_version: str) -> bool:
         return recorded_version in self.supported_versions

@@ -53,13 +53,57 @@ class Echo(ToolAdapter):
 
     def validate(self, params: dict[str, Any]) -> None:
         faults.fault_parse(require_mapping(params))
+        _usage(params)
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
         faults.work(ctx)
         result = _effective(ctx.params)
         faults.after_effect(ctx, fault)
-        return ToolResult(result=result, usage={"tool_calls": 1})
+        return ToolResult(result=result, usage={"tool_calls": 1, **_usage(ctx.params)})
+
+
+def _usage(params: dict[str, Any]) -> dict[str, float]:
+    """``"_usage": {meter: amount}``: what the demo call reports it consumed."""
+    raw = params.get("_usage") or {}
+    if not isinstance(raw, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in raw.values()
+    ):
+        raise InvalidInput("_usage must map meter names to non-negative numbers")
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+class Slow(ToolAdapter):
+    """A receiver call that takes ``seconds`` and does not listen to cancellation meanwhile
+    (it never heartbeats). Its receiver records each call's start and end, and the deadline
+    time the caller passed on."""
+
+    name = "demo.slow"
+    contract = Contract.PURE
+    tool_class = "demo.slow"
+    demo = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        faults.fault_parse(require_mapping(params))
+        _usage(params)
+        seconds = params.get("seconds", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise InvalidInput("demo.slow params.seconds must be a number")
+        if not 0 <= seconds <= 120:
+            raise InvalidInput("demo.slow params.seconds must be between 0 and 120")
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        receivers.slow_call(
+            key=ctx.idempotency_key,
+            seconds=float(ctx.params.get("seconds", 0)),
+            fencing_token=ctx.fencing_token,
+            deadline_remaining=ctx.remaining_seconds(),
+        )
+        faults.after_effect(ctx, fault)
+        return ToolResult(
+            result=_effective(ctx.params), usage={"tool_calls": 1, **_usage(ctx.params)}
+        )
 
 
 class PaymentsCharge(ToolAdapter):
@@ -180,8 +224,16 @@ class Notify(ToolAdapter):
         if not isinstance(params.get("message", ""), str):
             raise InvalidInput("demo.notify params.message must be a string")
 
-    def key_for(self, task_id: str, step: str, params: dict[str, Any], intent_version: int) -> str:
-        return key_notification(task_id, step, str(params.get("to", "")), intent_version)
+    def key_for(
+        self,
+        task_id: str,
+        step: str,
+        params: dict[str, Any],
+        intent_version: int,
+        attempt: int = 1,
+    ) -> str:
+        instance = task_id if attempt <= 1 else f"{task_id}:a{attempt}"
+        return key_notification(instance, step, str(params.get("to", "")), intent_version)
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -199,5 +251,6 @@ for _adapter in (
     InventoryReserve(),
     InventoryRelease(),
     Notify(),
+    Slow(),
 ):
     register(_adapter)

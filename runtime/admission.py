@@ -1,0 +1,68 @@
+"""Admission control: eligibility is not capacity. Per tool class, at most N operations run at
+once (a concurrency slot, checked at claim) and at most M wait admitted (queue capacity, checked
+at proposal: beyond it 429 ``queue_full`` with Retry-After and nothing written).
+
+Both counts are made under the class's ToolSlot row lock, so two claims (or two proposals) of a
+class can never both see the last free place. Classes without a configured limit take no lock and
+run no statement. Lock order: the slot row comes first, before operation and task rows.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Q
+
+from runtime.errors import QueueFull
+from runtime.models import Operation, ToolSlot
+from runtime.tools import adapters
+from runtime.transitions import OperationStatus
+
+S = OperationStatus
+
+
+def tool_class_of(tool: str) -> str:
+    adapter = adapters().get(tool)
+    return (adapter.tool_class if adapter is not None else "") or tool
+
+
+def _class_filter(tool_class: str) -> Q:
+    tools = [name for name, a in adapters().items() if (a.tool_class or name) == tool_class]
+    return Q(tool__in=tools or [tool_class])
+
+
+def _slot_lock_txn(tool_class: str) -> None:
+    ToolSlot.objects.get_or_create(tool_class=tool_class)
+    ToolSlot.objects.select_for_update().filter(tool_class=tool_class).first()
+
+
+def queue_admit_txn(tool: str) -> None:
+    """Refuse a proposal when its tool class already has M admitted and waiting operations.
+    First statement of the proposal's transaction (slot before operation and task rows)."""
+    tool_class = tool_class_of(tool)
+    capacity = settings.TOOL_QUEUE_CAPACITY.get(tool_class)
+    if capacity is None:
+        return
+    _slot_lock_txn(tool_class)
+    waiting = Operation.objects.filter(
+        _class_filter(tool_class), status__in=(S.PENDING, S.RETRY_SCHEDULED)
+    ).count()
+    if waiting >= capacity:
+        slots = max(1, settings.TOOL_CONCURRENCY.get(tool_class, 1))
+        raise QueueFull(
+            f"tool class {tool_class} has {waiting} operations waiting (capacity {capacity})",
+            retry_after=max(1, waiting // slots),
+            tool_class=tool_class,
+        )
+
+
+def concurrency_slot_free_txn(tool: str) -> bool:
+    """Whether a claim of this tool may start now: fewer than N of its class running. Holds the
+    class's slot lock to the end of the claim's transaction, so the count stays true until the
+    claim's own row is running."""
+    tool_class = tool_class_of(tool)
+    slots = settings.TOOL_CONCURRENCY.get(tool_class)
+    if slots is None:
+        return True
+    _slot_lock_txn(tool_class)
+    running = Operation.objects.filter(_class_filter(tool_class), status=S.RUNNING).count()
+    return running < slots

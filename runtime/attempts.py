@@ -1,0 +1,69 @@
+"""Attempts: a new pursuit of a task, distinguishable from recovery. It gets its own allocation
+from the task's allowance, its own operations and keys (derived keys include the attempt
+number); the earlier attempt's operations and unresolved effects stay where they are, visible,
+holding what they hold in the earlier attempt's ledger."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from runtime.actors import Actor
+from runtime.budgets import attempt_allocate_txn
+from runtime.errors import InvalidInput
+from runtime.events import event_append_txn
+from runtime.models import Attempt, Task
+from runtime.policy import can_start_attempt
+from runtime.tasks import task_admission_check, task_get
+
+
+def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
+    """Start attempt N+1 of a task that still admits work.
+
+    Preconditions: none; NotFound when the actor may not see the task, NotAuthorized unless
+    policy.can_start_attempt. Refused like a proposal when the task is cancelled, ended, paused
+    or past its deadline."""
+    task = task_get(actor, task_id)
+    can_start_attempt(actor, task)
+    if len(reason) > 2000:
+        raise InvalidInput("reason is longer than 2000 characters")
+    now = timezone.now()
+    with transaction.atomic():
+        # The task row is the only row this takes before the ledger rows (lock order).
+        task = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("current_attempt")
+            .get(pk=task_id)
+        )
+        task_admission_check(
+            condition=task.condition,
+            cancellation=task.cancellation,
+            paused=task.paused,
+            deadline=task.deadline,
+            now=now,
+        )
+        previous = task.current_attempt
+        number = (Attempt.objects.filter(task=task).aggregate(n=Max("number"))["n"] or 0) + 1
+        attempt = Attempt.objects.create(
+            task=task, number=number, reason=reason, created_by=actor.label
+        )
+        Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
+        attempt_allocate_txn(task=task, previous=previous, attempt=attempt)
+        event_append_txn(
+            task_id=task.pk,
+            type="attempt.started",
+            state_version=task.state_version,
+            now=now,
+            actor=actor.label,
+            data={
+                "attempt": number,
+                "previous": previous.number if previous else None,
+                "reason": reason,
+            },
+        )
+    return attempt
+
+
+def attempts_of(task: Task) -> list[Attempt]:
+    return list(Attempt.objects.filter(task=task).order_by("number"))

@@ -1,0 +1,172 @@
+"""Stopping what does not listen. Cancellation is cooperative first (running work learns of it
+from its heartbeat); a worker-run call that has not stopped ``CANCEL_GRACE_SECONDS`` after the
+request is ended by its worker: the operation is settled for the receiver's contract (a pure
+call is cancelled; a call that may have had an effect stays unresolved, for a person) and then
+the worker's child process is terminated. A completion that committed first wins: the settling
+is fenced on the claim (generation, token, state version) like any acceptance."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+
+from runtime.actors import execution_actor
+from runtime.budgets import budget_mark_unknown_txn
+from runtime.errors import StaleLease, TransitionRejected
+from runtime.leases import lease_token_digest
+from runtime.models import Invocation, Operation
+from runtime.statemachine import operation_transition_txn
+from runtime.tools import Contract, contract_of
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+
+S = OperationStatus
+log = logging.getLogger(__name__)
+
+OUTCOME_TERMINATED = "terminated"
+
+
+def cancel_seen(operation_id: str, lease_generation: int) -> bool:
+    """Whether the running call was asked to stop (read only: it extends no lease)."""
+    row = (
+        Operation.objects.filter(pk=operation_id, lease_generation=lease_generation)
+        .values("status", "cancel_requested", "task__cancellation", "task__condition")
+        .first()
+    )
+    if row is None or row["status"] != S.RUNNING:
+        return False
+    return bool(
+        row["cancel_requested"]
+        or row["task__cancellation"] != Cancellation.NONE
+        or row["task__condition"] == TaskCondition.TERMINAL
+    )
+
+
+def operation_terminate(
+    operation_id: str,
+    *,
+    lease_generation: int,
+    lease_token: str,
+    state_version: int,
+    grace: float,
+    now: datetime | None = None,
+) -> bool:
+    """Settle a running call that ignored its cancel; False when anything else came first (its
+    own result, a takeover). Preconditions: the caller holds the claim; no transaction open."""
+    from runtime.compensation import after_settle_txn
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        op = Operation.objects.select_related("task").filter(pk=operation_id).first()
+        if op is None or op.status != S.RUNNING or op.state_version != state_version:
+            return False
+        pure = contract_of(op.tool) == Contract.PURE
+        target = S.CANCELLED if pure else S.UNRESOLVED
+        reason = f"ended by its worker: still running {grace:g}s after the cancel request" + (
+            "" if pure else "; whether the receiver acted is unconfirmed"
+        )
+        try:
+            transitioned = operation_transition_txn(
+                op,
+                target,
+                now=now,
+                fields={
+                    "lease_expires_at": None,
+                    "status_reason": reason,
+                    "error": {"kind": "terminated", "message": reason},
+                },
+                lease_generation=lease_generation,
+                where={"lease_token_digest": lease_token_digest(lease_token)},
+                actor=execution_actor(op.execution_id),
+                data={"reason": reason, "lease_generation": lease_generation},
+                event_type="operation.terminated",
+            )
+        except (TransitionRejected, StaleLease):
+            return False
+        Invocation.objects.filter(
+            operation=op, lease_generation=lease_generation, outcome__isnull=True
+        ).update(outcome=OUTCOME_TERMINATED, finished_at=now)
+        actor = execution_actor(op.execution_id)
+        budget_mark_unknown_txn(budget=op.task.budget, op=op, actor=actor, now=now)
+        after_settle_txn(op, transitioned.task, now=now, actor=actor)
+    return True
+
+
+class CancelWatch:
+    """A thread beside a worker-run call: polls (read only) for a cancel request; once the grace
+    period passed since it saw one, settles the operation and terminates this process."""
+
+    def __init__(
+        self,
+        *,
+        operation_id: str,
+        lease_generation: int,
+        lease_token: str,
+        state_version: int,
+        terminate: Callable[[], None] | None = None,
+    ) -> None:
+        self.operation_id = operation_id
+        self.lease_generation = lease_generation
+        self.lease_token = lease_token
+        self.state_version = state_version
+        self.grace = float(settings.CANCEL_GRACE_SECONDS)
+        self._done = threading.Event()
+        self._terminate = terminate or _terminate_this_process
+        self._thread = threading.Thread(target=self._run, name="cancel-watch", daemon=True)
+
+    def __enter__(self) -> CancelWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        poll = max(0.1, min(1.0, self.grace / 4))
+        seen_at: float | None = None
+        try:
+            while not self._done.wait(poll):
+                if seen_at is None:
+                    if cancel_seen(self.operation_id, self.lease_generation):
+                        seen_at = time.monotonic()
+                    continue
+                if time.monotonic() - seen_at < self.grace:
+                    continue
+                if self._done.is_set():
+                    return
+                ended = operation_terminate(
+                    self.operation_id,
+                    lease_generation=self.lease_generation,
+                    lease_token=self.lease_token,
+                    state_version=self.state_version,
+                    grace=self.grace,
+                )
+                if ended:
+                    log.warning(
+                        "operation %s ignored its cancel for %ss: ending this worker process",
+                        self.operation_id,
+                        self.grace,
+                    )
+                    connections.close_all()
+                    self._terminate()
+                return
+        except Exception:
+            log.exception("cancel watch of %s failed", self.operation_id)
+        finally:
+            connections.close_all()
+
+
+def _terminate_this_process() -> None:
+    # The call runs in this process's main thread and cannot be interrupted safely: the process
+    # ends. Celery (acks_late + reject_on_worker_lost) redelivers the message, and the claim
+    # finds the operation settled.
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,80 @@
+"""Entry points for test helper processes started with multiprocessing's ``spawn``: this module
+imports nothing of Django at the top, so a fresh interpreter can import it before setup."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def django_setup(db_url: str) -> None:
+    os.environ["DATABASE_URL"] = db_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+
+
+def propose_many(
+    db_url: str,
+    agent_id: str,
+    agent_name: str,
+    task_id: str,
+    label: str,
+    count: int,
+    estimate: dict[str, float],
+    barrier: Any,
+    out: Any,
+) -> None:
+    """Wait at the barrier with the other processes, then propose ``count`` agent-run
+    operations; report (admitted, refused)."""
+    django_setup(db_url)
+    from runtime.actors import actor_for_agent
+    from runtime.errors import BudgetExhausted
+    from runtime.operations import OperationSpec, operation_propose
+
+    actor = actor_for_agent(agent_id, agent_name)
+    admitted = refused = 0
+    barrier.wait()
+    for i in range(count):
+        try:
+            operation_propose(
+                actor,
+                task_id,
+                OperationSpec(
+                    tool="demo.echo", step=f"{label}-{i}", estimate=estimate, executor="agent"
+                ),
+            )
+            admitted += 1
+        except BudgetExhausted:
+            refused += 1
+    out.put((admitted, refused))
+
+
+def reserve_many(
+    db_url: str, task_id: str, op_ids: list[str], amount: int, barrier: Any, out: Any
+) -> None:
+    """Wait at the barrier, then hold ``amount`` for each operation straight in the ledger, one
+    transaction each and no task row lock around it: the ledger's own statement is all that
+    stands between these processes and an over-admission. Report (admitted, refused)."""
+    django_setup(db_url)
+    from django.db import transaction
+    from django.utils import timezone
+
+    from runtime.budgets import budget_reserve_txn
+    from runtime.errors import BudgetExhausted
+    from runtime.models import Operation, Task
+
+    task = Task.objects.get(pk=task_id)
+    ops = list(Operation.objects.filter(pk__in=op_ids))
+    admitted = refused = 0
+    barrier.wait()
+    for op in ops:
+        op.estimate = {"cost_cents": amount}
+        try:
+            with transaction.atomic():
+                budget_reserve_txn(budget=task.budget, op=op, number=0, now=timezone.now())
+            admitted += 1
+        except BudgetExhausted:
+            refused += 1
+    out.put((admitted, refused))
