@@ -71,9 +71,10 @@ def test_agent_reported_usage_in_complete_is_posted():
     alice = factories.agent()
     task = factories.task(alice, budget={"model_tokens": 1000})
     op = factories.operation(alice, task, executor="agent", estimate={"model_tokens": 400})
-    lease = agent_claim(op.pk, exe("exe_agent"))
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     agent_report(
         op,
+        actor=alice.actor.label,
         lease_generation=lease.lease_generation,
         lease_token=lease.lease_token,
         report=Report(outcome="succeeded", result={}, usage={"model_tokens": 321.2}),
@@ -159,14 +160,15 @@ def test_an_expired_hold_is_never_free_and_the_next_call_holds_anew():
     alice = factories.agent()
     task = factories.task(alice, budget={"cost_cents": 100})
     op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 40})
-    lease = agent_claim(op.pk, exe("exe_agent"))
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     assert lease_expire_sweep(now=timezone.now() + timedelta(hours=1)) == 1
     # The lost call may have spent its hold: unknown, not available.
     assert amounts(task) == (0, 0, 40)
-    lease2 = agent_claim(op.pk, exe("exe_agent_2"))
+    lease2 = agent_claim(op.pk, exe("exe_agent_2"), actor=alice.actor.label)
     assert amounts(task) == (40, 0, 40)
     agent_report(
         op,
+        actor=alice.actor.label,
         lease_generation=lease2.lease_generation,
         lease_token=lease2.lease_token,
         report=Report(outcome="succeeded", result={}, usage={"cost_cents": 15}),
@@ -180,11 +182,11 @@ def test_a_redispatch_that_cannot_hold_again_does_not_start():
     alice = factories.agent()
     task = factories.task(alice, budget={"cost_cents": 100})
     op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 50})
-    agent_claim(op.pk, exe("exe_agent"))
+    agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     lease_expire_sweep(now=timezone.now() + timedelta(hours=1))
     factories.operation(alice, task, estimate={"cost_cents": 40})  # 50 unknown + 40 held
     with pytest.raises(Exception, match="not claimable"):
-        agent_claim(op.pk, exe("exe_agent_2"))
+        agent_claim(op.pk, exe("exe_agent_2"), actor=alice.actor.label)
     op.refresh_from_db()
     assert op.status == "failed"
     assert op.error["kind"] == "budget_exhausted"
@@ -243,7 +245,7 @@ def test_a_backoff_that_would_pass_the_deadline_is_not_scheduled(settings):
     alice = factories.agent()
     task = factories.task(alice, deadline_seconds=60, budget={"cost_cents": 100})
     op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
-    lease = agent_claim(op.pk, exe("exe_agent"))
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     operation_report(
         op.pk,
         lease_generation=lease.lease_generation,
@@ -268,7 +270,7 @@ def test_a_retry_that_fits_keeps_its_hold_for_the_next_call(settings):
     alice = factories.agent()
     task = factories.task(alice, deadline_seconds=600, budget={"cost_cents": 100})
     op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
-    lease = agent_claim(op.pk, exe("exe_agent"))
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     operation_report(
         op.pk,
         lease_generation=lease.lease_generation,

@@ -72,9 +72,10 @@ def test_no_child_for_a_cancelled_parent(django_capture_on_commit_callbacks):
 
 
 def _complete(alice, op, usage):
-    lease = agent_claim(op.pk, exe("exe_agent"))
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     agent_report(
         op,
+        actor=alice.actor.label,
         lease_generation=lease.lease_generation,
         lease_token=lease.lease_token,
         report=Report(outcome="succeeded", result={}, usage=usage),
@@ -88,7 +89,7 @@ def test_cancelling_a_parent_stops_its_children_and_waits_for_them(
     parent = factories.task(alice, budget={"cost_cents": 100})
     child = factories.task(alice, parent=parent.pk, budget={"cost_cents": 60})
     running = factories.operation(alice, child, executor="agent", estimate={"cost_cents": 20})
-    lease = agent_claim(running.pk, exe("exe_agent"))
+    lease = agent_claim(running.pk, exe("exe_agent"), actor=alice.actor.label)
     waiting = factories.operation(alice, child, estimate={"cost_cents": 5})
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -104,6 +105,7 @@ def test_cancelling_a_parent_stops_its_children_and_waits_for_them(
     with django_capture_on_commit_callbacks(execute=True):
         agent_report(
             running,
+            actor=alice.actor.label,
             lease_generation=lease.lease_generation,
             lease_token=lease.lease_token,
             report=Report(outcome="succeeded", result={}, usage={"cost_cents": 12}),

@@ -223,3 +223,127 @@ def test_a_proposal_over_rest_with_an_idempotency_key_is_one_commit():
     )
     assert replay.status_code == 201 and replay["Idempotent-Replayed"] == "true"
     assert replay.json() == response.json()
+
+
+# --- the ledger on the hot path --------------------------------------------------------------
+# The one-statement proposal and acceptance carry no ledger: for a task with a budget they
+# decline to the general path (guarded meter UPDATEs in the same transaction), and the claim
+# statement declines a budgeted re-dispatch (which may have to hold again). With the hot path
+# on, each of these would pass the ledger by without the decline.
+
+
+def _meter(task_id: str, name: str = "cost_cents") -> tuple[int, int, int]:
+    from runtime.models import BudgetMeter
+
+    m = BudgetMeter.objects.get(task_id=task_id, meter=name)
+    return m.reserved, m.posted, m.unknown
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_hot_path_on_a_budgeted_proposal_holds_and_a_refusal_writes_nothing(settings):
+    from runtime.errors import BudgetExhausted
+    from runtime.models import BudgetHold
+
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner, budget={"cost_cents": 100})  # 90 for ordinary work
+    op, created = operation_propose(
+        owner.actor,
+        task.pk,
+        OperationSpec(tool="demo.echo", step="a", params={}, estimate={"cost_cents": 60}),
+    )
+    assert created
+    assert _meter(task.pk) == (60, 0, 0)
+    assert BudgetHold.objects.filter(operation=op, status="held").count() == 1
+    events = Event.objects.filter(task=task).count()
+    with pytest.raises(BudgetExhausted):
+        operation_propose(
+            owner.actor,
+            task.pk,
+            OperationSpec(tool="demo.echo", step="b", params={}, estimate={"cost_cents": 31}),
+        )
+    assert _meter(task.pk) == (60, 0, 0)
+    assert Operation.objects.filter(task=task).count() == 1
+    assert Event.objects.filter(task=task).count() == events
+    assert OutboxMessage.objects.filter(operation__task=task).count() == 1
+    task.refresh_from_db()
+    assert (task.ops_active, task.ops_claimable) == (0, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_hot_path_on_concurrent_budgeted_proposals_never_over_admit(settings):
+    """Six threads (own connections) released together by a barrier each propose 30 against
+    the 90 ordinary work may hold: exactly three are admitted."""
+    import threading
+
+    from runtime.errors import BudgetExhausted
+    from tests.concurrency import in_thread
+
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner, budget={"cost_cents": 100})
+    barrier = threading.Barrier(6, timeout=60)
+
+    def propose(n: int):
+        def run() -> str:
+            barrier.wait()
+            try:
+                operation_propose(
+                    owner.actor,
+                    task.pk,
+                    OperationSpec(
+                        tool="demo.echo", step=f"s{n}", params={}, estimate={"cost_cents": 30}
+                    ),
+                )
+            except BudgetExhausted:
+                return "refused"
+            return "admitted"
+
+        return run
+
+    racers = [in_thread(propose(n), name=f"racer-{n}") for n in range(6)]
+    results = [future.result(timeout=120) for _, future in racers]
+    assert sorted(results) == ["admitted"] * 3 + ["refused"] * 3
+    assert _meter(task.pk) == (90, 0, 0)
+    assert Operation.objects.filter(task=task).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_hot_path_on_acceptance_settles_usage_and_releases_the_rest(settings):
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner, budget={"cost_cents": 100, "tool_calls": 5})
+    op = factories.operation(owner, task, estimate={"cost_cents": 50})
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk)
+    assert isinstance(lease, Lease)
+    accepted = operation_report(
+        op.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="succeeded", result={}, usage={"cost_cents": 12}),
+        execution_id=None,
+        snapshot=lease.operation,
+    )
+    assert accepted.status == "succeeded"
+    assert _meter(task.pk) == (0, 12, 0)
+    assert _meter(task.pk, "tool_calls") == (0, 1, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_hot_path_on_a_redispatch_after_a_lost_call_holds_again(settings):
+    from datetime import timedelta
+
+    from runtime.leases import lease_expire_sweep
+
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner, budget={"cost_cents": 100})
+    op = factories.operation(owner, task, estimate={"cost_cents": 40})
+    first = operation_claim(op.pk, execution_id=execution_for_agent("w1").pk)
+    assert isinstance(first, Lease)
+    assert lease_expire_sweep(now=timezone.now() + timedelta(hours=1)) == 1
+    assert _meter(task.pk) == (0, 0, 40)  # the lost call's hold is unknown, never free
+    second = operation_claim(op.pk, execution_id=execution_for_agent("w2").pk)
+    assert isinstance(second, Lease)
+    assert _meter(task.pk) == (40, 0, 40)
