@@ -25,6 +25,7 @@ from rest_framework.test import APIClient
 from console.web.routing import websocket_urlpatterns
 from runtime.models import (
     ApiToken,
+    Attempt,
     AuditRecord,
     Event,
     Invocation,
@@ -87,13 +88,15 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "api/v1/artifacts/<id:artifact_id>/content"): (401, 404, 404, 404, 404, 404, 404, 404, 404),
     ("GET", "api/v1/artifacts/<id:artifact_id>/provenance"): (401, 404, 404, 404, 404, 404, 404, 404, 404),
     ("GET", "tasks/<id:task_id>/outcomes"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    # Limits (issue 11): a new attempt is the task's agent's or an admin's; the budget is read
+    # by whoever sees the task.
+    ("POST", "api/v1/tasks/<id:task_id>/attempts"): (401, 201, 404, 403, 403, 201, 403, 403, 201),
+    ("GET", "api/v1/tasks/<id:task_id>/budget"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
     # Planned routes of the contract: 501 until built; the branch that builds one replaces its row.
-    ("POST", "api/v1/tasks/<id:task_id>/attempts"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/tasks/<id:task_id>/signals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/tasks/<id:task_id>/pause"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/tasks/<id:task_id>/resume"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/tasks/<id:task_id>/steer"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("GET", "api/v1/tasks/<id:task_id>/budget"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("GET", "api/v1/approvals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/approvals/decisions"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
     ("POST", "api/v1/approvals/<id:approval_id>/decision"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
@@ -134,6 +137,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("POST", "api/v1/tasks/<id:task_id>/cancel"): {"reason": "matrix"},
     ("POST", "api/v1/tasks/<id:task_id>/fail"): {"reason": "matrix"},
+    ("POST", "api/v1/tasks/<id:task_id>/attempts"): {"reason": "matrix"},
     ("POST", "api/v1/operations/<id:operation_id>/resolve"): {
         "resolution": "no_effect",
         "evidence": "matrix",
@@ -191,7 +195,7 @@ def world(settings) -> World:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     owner, other = factories.agent(), factories.agent()
     people = {role: factories.console_user(role) for role in ("operator", "support", "admin")}
-    task = factories.task(owner)
+    task = factories.task(owner, budget={"cost_cents": 100})
     agent_op = factories.operation(owner, task, step="think", executor="agent")
     unresolved_op = factories.operation(
         owner, task, step="tell", tool="demo.notify", params={"to": "x@example.com"}
@@ -232,6 +236,7 @@ def _snapshot() -> tuple[Any, ...]:
         AuditRecord.objects.count(),
         ApiToken.objects.filter(revoked_at__isnull=False).count(),
         ApiToken.objects.count(),
+        Attempt.objects.count(),
     )
 
 

@@ -160,3 +160,44 @@ def test_waits_and_approvals_are_capped_at_the_tasks_deadline():
     assert within_task_deadline(now + timedelta(hours=1), deadline) == deadline
     assert within_task_deadline(now + timedelta(minutes=1), deadline) == now + timedelta(minutes=1)
     assert within_task_deadline(now + timedelta(hours=1), None) == now + timedelta(hours=1)
+
+
+def test_only_the_parents_agent_creates_a_child_and_a_refusal_writes_nothing():
+    alice = factories.agent()
+    parent = factories.task(alice, budget={"cost_cents": 100})
+    tasks_before = Task.objects.count()
+    # An admin sees every task, but a child draws on the parent's allowance: its agent's right.
+    admin = factories.console_user("admin").client()
+    refused = post_json(
+        admin, "/api/v1/tasks", {"name": "c", "parent": parent.pk, "budget": {"cost_cents": 10}}
+    )
+    assert_error(refused, 403, "not_authorized")
+    assert Task.objects.count() == tasks_before
+    assert not BudgetHold.objects.exists()
+    # Another agent does not even see the parent.
+    other = post_json(
+        factories.agent().client(),
+        "/api/v1/tasks",
+        {"name": "c", "parent": parent.pk, "budget": {"cost_cents": 10}},
+    )
+    assert_error(other, 404, "not_found")
+    assert Task.objects.count() == tasks_before
+
+
+def test_a_new_attempt_is_refused_to_an_operator_and_open_to_an_admin():
+    alice = factories.agent()
+    task = factories.task(alice, budget={"cost_cents": 100})
+    operator = factories.console_user("operator").client()
+    assert_error(
+        post_json(operator, f"/api/v1/tasks/{task.pk}/attempts", {}), 403, "not_authorized"
+    )
+    assert task.attempts.count() == 1
+    admin = factories.console_user("admin").client()
+    created = post_json(admin, f"/api/v1/tasks/{task.pk}/attempts", {"reason": "take over"})
+    assert created.status_code == 201, created.content
+    assert created.json()["number"] == 2
+    event = Event.objects.filter(task=task, type="attempt.started").get()
+    assert event.actor.startswith("user:")
+    # The budget is read by whoever sees the task: the operator too.
+    body = operator.get(f"/api/v1/tasks/{task.pk}/budget").json()
+    assert (body["attempt"], body["meters"]["cost_cents"]["limit"]) == (2, 100)
