@@ -8,6 +8,12 @@ statements, which is also what the embedded SQLite mode always runs), which sett
 or records whatever made the common case not apply. Both paths write the same rows; the
 statement-count and recovery tests run against both.
 
+The budget ledger is not in these statements: a task with a budget declines proposal and
+acceptance to the general path (``ledger_needed``; its guarded meter UPDATEs hold and settle
+in the same transaction, so concurrent admissions never pass a limit), and the claim statement
+covers a budgeted task's first dispatch only (a re-dispatch may have to hold again). A task
+without a budget keeps the pinned statement counts.
+
 Locks: each CTE chain updates the operation row first and only then the task row (the task
 CTE reads the operation CTE's RETURNING, which forces that order): the global lock order.
 The transition tables stay the one description of what is allowed: every status set written
