@@ -23,6 +23,8 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import SWEEPER, execution_actor
+from runtime.approval_gate import approval_release_txn
+from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import NotClaimable, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
@@ -85,6 +87,10 @@ class _StoppedUnderLock(Exception):
     """The task's stop committed while the claim waited for the task row: undo the claim."""
 
 
+class _PausedUnderLock(Exception):
+    """The task's pause committed while the claim waited for the task row: undo the claim."""
+
+
 def operation_claim(
     operation_id: str,
     *,
@@ -121,6 +127,11 @@ def operation_claim(
             )
     except (_StoppedUnderLock, hotpath.StoppedUnderLock):
         pass
+    except (_PausedUnderLock, hotpath.PausedUnderLock):
+        # A pause committed while the claim waited for the task row: the claim rolled back.
+        with transaction.atomic():
+            task_id = Operation.objects.filter(pk=operation_id).values_list("task_id", flat=True)
+            return Refusal(paused_claim_refused_txn(operation_id, task_id.get()))
     # The claim rolled back; settle the work for the stop in a transaction of its own.
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
@@ -189,6 +200,9 @@ def _claim_txn(
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
         return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=_stop_reason(task))
+    if task.paused and not cleanup:
+        # Pause: the delivery takes nothing and its announcement is spent (runtime.control).
+        return Refusal(paused_claim_refused_txn(op.pk, task.pk))
     deadline = op.deadline or task.deadline
     if deadline is not None and now >= deadline and not cleanup:
         reason = "the deadline passed before the work could start"
@@ -211,6 +225,13 @@ def _claim_txn(
             reason="attempts exhausted",
             fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
         )
+    if op.approval_required:
+        # The release recheck: gated work runs only under an approval of these parameters.
+        missing = approval_release_txn(op, now=now)
+        if missing is not None:
+            return _settle_or_refuse(
+                op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=missing
+            )
     generation = op.lease_generation + 1
     number = op.attempts_used + 1
     expires = now + timedelta(seconds=lease_seconds())
@@ -238,6 +259,8 @@ def _claim_txn(
         return Refusal("another claimant won")
     if task_stopping(transitioned.task) and not cleanup:
         raise _StoppedUnderLock
+    if transitioned.task.paused and not cleanup:
+        raise _PausedUnderLock
     op.lease_generation = generation
     op.attempts_used = number
     Invocation.objects.create(

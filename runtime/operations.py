@@ -20,6 +20,11 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import Actor, execution_actor
+from runtime.approval_gate import (
+    MAX_APPROVAL_TIMEOUT_SECONDS,
+    approval_request_txn,
+    first_proposal_hash,
+)
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -41,6 +46,7 @@ from runtime.statemachine import operation_transition_txn, rejection_record, sta
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
 from runtime.transitions import OPERATION, OperationStatus
+from runtime.waits import wait_propose
 
 S = OperationStatus
 
@@ -60,15 +66,12 @@ class OperationSpec:
     max_attempts: int | None = None
     signal: str = ""
     timeout_seconds: int | None = None
+    approval_timeout_seconds: int | None = None
 
 
 def _validate(spec: OperationSpec) -> None:
     if spec.kind not in Operation.KINDS:
         raise InvalidInput(f"kind must be one of {', '.join(Operation.KINDS)}")
-    if spec.kind != Operation.KIND_TOOL:
-        # Durable waits (signals, timers) are not built yet: refuse them rather than hand a
-        # wait to the workers as if it were a tool call.
-        raise InvalidInput(f"kind {spec.kind!r} is not available yet", code="unsupported_kind")
     if spec.executor not in Operation.EXECUTORS:
         raise InvalidInput(f"executor must be one of {', '.join(Operation.EXECUTORS)}")
     if not spec.step or len(spec.step) > 200:
@@ -94,6 +97,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     Admission (cancelled, paused, terminal, deadline) is checked under the task's row lock, so
     it cannot race a cancellation.
     """
+    if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
+        return wait_propose(actor, task_id, spec)
     _validate(spec)
     task = Task.objects.filter(task_scope(actor), pk=task_id).first()
     if task is None:
@@ -107,6 +112,14 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         or adapter.key_for(task.pk, spec.step, spec.params, spec.intent_version),
     )
     digest = params_hash(spec.params)
+    gated = adapter.requires_approval(spec.params)
+    if spec.approval_timeout_seconds is not None and not (
+        1 <= spec.approval_timeout_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS
+    ):
+        raise InvalidInput(
+            f"approval_timeout_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
+        )
+    initial = S.WAITING_APPROVAL if gated else S.PENDING
 
     now = timezone.now()
     op = Operation(
@@ -121,14 +134,15 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         params_hash=digest,
         idempotency_key=key,
         executor=spec.executor,
-        status=S.PENDING,
+        status=initial,
+        approval_required=gated,
         max_attempts=spec.max_attempts or adapter.max_attempts,
         estimate=spec.estimate,
         signal=spec.signal,
         timeout_seconds=spec.timeout_seconds,
         deadline=task.deadline,
     )
-    if hotpath.enabled():
+    if hotpath.enabled() and not gated:
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
         with transaction.atomic():
             row = hotpath.propose_txn(op, actor=actor.label, now=now)
@@ -147,18 +161,28 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                     type="operation.proposed",
                     state_version=op.state_version,
                     now=now,
-                    deltas=status_deltas(None, S.PENDING),
+                    deltas=status_deltas(None, initial),
                     operation_id=op.pk,
                     actor=actor.label,
                     data={
                         "tool": spec.tool,
                         "step": spec.step,
-                        "status": S.PENDING,
+                        "status": initial,
                         "kind": spec.kind,
                     },
                 )
                 _admit(row, now)
-                if spec.executor == Operation.EXECUTOR_WORKER:
+                if gated:
+                    # Nothing reaches the outbox until a person releases it.
+                    approval_request_txn(
+                        op,
+                        task=task,
+                        actor=actor,
+                        adapter=adapter,
+                        timeout_seconds=spec.approval_timeout_seconds,
+                        now=now,
+                    )
+                elif spec.executor == Operation.EXECUTOR_WORKER:
                     outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             return op, True
         except IntegrityError:
@@ -194,7 +218,7 @@ def operation_key(task: Task, key: str) -> str:
 
 
 def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:
-    if existing.params_hash != digest:
+    if existing.params_hash != digest and first_proposal_hash(existing) != digest:
         raise IdempotencyKeyReused(
             "this idempotency key was used with different parameters",
             operation=existing.pk,

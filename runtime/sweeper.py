@@ -1,4 +1,5 @@
-"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows, and in
+"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows, expired
+approvals, due timers and expired signal waits, and in
 embedded mode the broker's spent messages. The database says what is due; the broker is never
 the record."""
 
@@ -10,9 +11,11 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from runtime.approvals import approval_expire_sweep
 from runtime.artifacts import artifact_reconcile, reconcile_due
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
+from runtime.waits import wait_sweep
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,8 @@ def sweep_once() -> dict[str, int]:
     counts = {
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
+        "approvals_expired": approval_expire_sweep(now),
+        **wait_sweep(now),
         "broker_purged": embedded_broker_purge(),
     }
     if reconcile_due(now, _last_reconcile[-1] if _last_reconcile else None):

@@ -52,3 +52,10 @@ def sweep() -> dict[str, int]:
     from runtime.sweeper import sweep_once
 
     return sweep_once()
+
+
+@shared_task(name="runtime.wake_wait", ignore_result=True, acks_late=True)
+def wake_wait(operation_id: str) -> str:
+    from runtime.waits import wait_wake
+
+    return wait_wake(operation_id)

@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 from runtime.errors import InvalidInput
-from runtime.models import Event, Invocation, Operation, Task
+from runtime.models import Approval, Event, Invocation, Operation, Signal, Task, TaskCommand
 
 
 def iso(value: datetime | None) -> str | None:
@@ -123,7 +123,7 @@ class CompleteIn(serializers.Serializer):
 # and dropped. A feature that starts honouring a field removes it here.
 NOT_SUPPORTED_YET: dict[str, tuple[str, ...]] = {
     "TaskIn": ("budget", "parent"),
-    "OperationIn": ("estimate", "approval_timeout_seconds"),
+    "OperationIn": ("estimate",),
     "CompleteIn": ("usage",),
 }
 
@@ -159,6 +159,9 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         "attempt": {"id": attempt.pk, "number": attempt.number} if attempt else None,
         "cancellation": task.cancellation,
         "paused": task.paused,
+        "direction": {"text": task.direction, "version": task.direction_version}
+        if task.direction_version
+        else None,
         "deadline": iso(task.deadline),
         "pending": pending,
         "compensate_on": task.compensate_on,
@@ -211,6 +214,56 @@ def operation_out(
         "invocations": [invocation_out(i) for i in invocations],
         "created_at": iso(op.created_at),
         "updated_at": iso(op.updated_at),
+    }
+
+
+def approval_out(a: Approval) -> dict[str, Any]:
+    return {
+        "id": a.pk,
+        "operation": a.operation_id,
+        "task": a.task_id,
+        "status": a.status,
+        "tool": a.tool,
+        "params_hash": a.params_hash,
+        "proposal_version": a.proposal_version,
+        "params": a.params,
+        "previous": a.previous_id,
+        "scope": a.scope,
+        "approver_role": a.approver_role,
+        "requested_by": a.requested_by,
+        "edited_by": a.edited_by or None,
+        "decided_by": a.decided_by or None,
+        "decided_at": iso(a.decided_at),
+        "reason": a.reason or None,
+        "expires_at": iso(a.expires_at),
+        "released_at": iso(a.released_at),
+        "created_at": iso(a.created_at),
+    }
+
+
+def signal_out(sig: Signal) -> dict[str, Any]:
+    return {
+        "id": sig.pk,
+        "event_id": sig.event_id,
+        "name": sig.name,
+        "payload": sig.payload,
+        "disposition": sig.disposition,
+        "operation": sig.operation_id,
+        "received_at": iso(sig.received_at),
+        "consumed_at": iso(sig.consumed_at),
+        "sent_by": sig.sent_by,
+    }
+
+
+def command_out(cmd: TaskCommand) -> dict[str, Any]:
+    return {
+        "id": cmd.pk,
+        "kind": cmd.kind,
+        "disposition": cmd.disposition,
+        "detail": cmd.detail,
+        "payload": cmd.payload,
+        "actor": cmd.actor,
+        "at": iso(cmd.at),
     }
 
 

@@ -24,6 +24,7 @@ from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
 from runtime import leases, operations, policy, tasks
+from runtime.approval_selectors import approvals_current
 from runtime.errors import InvalidInput, StaleLease
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
@@ -45,7 +46,15 @@ def operation_body(op: Operation) -> dict[str, Any]:
 
 def operation_bodies(page: list[Operation]) -> list[dict[str, Any]]:
     invocations = operations.invocations_by_operation([op.pk for op in page])
-    return [s.operation_out(op, invocations[op.pk]) for op in page]
+    approvals = approvals_current([op for op in page if op.approval_required])
+    return [
+        s.operation_out(
+            op,
+            invocations[op.pk],
+            s.approval_out(approvals[op.pk]) if op.pk in approvals else None,
+        )
+        for op in page
+    ]
 
 
 class ApiView(APIView):
@@ -196,6 +205,7 @@ class TaskOperations(ApiView):
                 max_attempts=data.get("max_attempts"),
                 signal=data.get("signal") or "",
                 timeout_seconds=data.get("timeout_seconds"),
+                approval_timeout_seconds=data.get("approval_timeout_seconds"),
             ),
         )
         return Response(operation_body(op), status=201 if created else 200)

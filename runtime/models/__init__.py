@@ -1,5 +1,6 @@
 from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
 from runtime.models.events import Event
+from runtime.models.humans import Approval, Signal, TaskCommand
 from runtime.models.operations import (
     Execution,
     Invocation,
@@ -15,6 +16,7 @@ from runtime.models.tasks import Attempt, Task, TaskCount
 __all__ = [
     "Agent",
     "ApiToken",
+    "Approval",
     "Artifact",
     "ArtifactStatus",
     "Attempt",
@@ -30,6 +32,8 @@ __all__ = [
     "RejectedObservation",
     "RequiredCheck",
     "Resolution",
+    "Signal",
     "Task",
+    "TaskCommand",
     "TaskCount",
 ]

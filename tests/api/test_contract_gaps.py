@@ -32,7 +32,7 @@ def test_task_fields_not_honoured_yet_are_refused_by_name(field, value):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("estimate", {"cost_cents": 5}), ("estimate", {}), ("approval_timeout_seconds", 60)],
+    [("estimate", {"cost_cents": 5}), ("estimate", {})],
 )
 def test_operation_fields_not_honoured_yet_are_refused_by_name(field, value):
     alice = factories.agent()
@@ -79,16 +79,7 @@ def test_null_means_absent_for_an_optional_field():
     ("method", "path"),
     [
         ("post", "/api/v1/tasks/{task}/attempts"),
-        ("post", "/api/v1/tasks/{task}/signals"),
-        ("post", "/api/v1/tasks/{task}/pause"),
-        ("post", "/api/v1/tasks/{task}/resume"),
-        ("post", "/api/v1/tasks/{task}/steer"),
         ("get", "/api/v1/tasks/{task}/budget"),
-        ("get", "/api/v1/approvals"),
-        ("post", "/api/v1/approvals/decisions"),
-        ("post", "/api/v1/approvals/apr_1/decision"),
-        ("post", "/api/v1/approvals/apr_1/renew"),
-        ("post", "/api/v1/approvals/apr_1/edit"),
     ],
 )
 def test_planned_routes_answer_501_not_404(method, path):
