@@ -205,8 +205,8 @@ def approval_edit(
     """An operator edits a pending proposal: the operation's parameters change, the old approval
     is denied as ``superseded`` and a new pending approval binds the new proposal version, marked
     as edited by ``actor`` (who may not approve it). Preconditions: ``params`` is a JSON object."""
+    seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
     can_edit_approval(actor)
-    seen = approval_get(actor, approval_id)
     adapter = adapter_for(seen.tool)
     adapter.validate(params)
     digest = params_hash(params)
@@ -282,12 +282,12 @@ def approval_renew(
 ) -> Approval:
     """An admin gives an expired approval a new validity period; the operation waits for a
     decision again. Audited in the journal with the admin and the reason."""
+    seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
     can_manage_waits(actor)
     if not 1 <= expires_in_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS:
         raise InvalidInput(
             f"expires_in_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
         )
-    seen = approval_get(actor, approval_id)
     with transaction.atomic():
         op, approval = _locked(approval_id, seen.operation_id)
         now = timezone.now()

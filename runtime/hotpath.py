@@ -14,6 +14,13 @@ The transition tables stay the one description of what is allowed: every status 
 into the SQL is taken from ``runtime.transitions`` when this module loads, and
 ``tests/runtime/test_hotpath.py`` checks each guarded source set against
 ``OPERATION.sources_of(target)``.
+
+People in the loop: the claim statement takes no work that needs an approval
+(``approval_required``: the general claim rechecks and releases the covering approval) and no
+work of a paused task (the general claim refuses and spends the announcement; a pause that
+commits while the statement waits for the task row raises ``PausedUnderLock``). A proposal the
+tool's policy gates never uses the proposal statement: ``runtime.operations`` creates it
+``waiting_approval`` with its pending approval and no outbox row on the general path.
 """
 
 from __future__ import annotations

@@ -274,10 +274,10 @@ def _expired_approval(op: Operation) -> Approval | None:
 
 
 def _admin_op(actor: Actor, operation_id: str) -> Operation:
-    can_manage_waits(actor)
     op = Operation.objects.filter(task_scope(actor, "task__"), pk=operation_id).first()
     if op is None:
         raise NotFound("no such operation")
+    can_manage_waits(actor)
     return op
 
 

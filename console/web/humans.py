@@ -20,7 +20,7 @@ from runtime import approvals, control, policy, waits
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.approval_selectors import approval_list, params_diff
-from runtime.errors import DomainError, InvalidInput
+from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Approval, Operation
 from runtime.transitions import ApprovalStatus
 
@@ -128,6 +128,8 @@ def approval_decide(request: HttpRequest, actor: Actor, approval_id: str) -> Htt
             reason=request.POST.get("reason", "")[:2000],
             params_hash=request.POST.get("params_hash", ""),
         )
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         messages.error(request, f"{approval_id}: refused, {_CODES.get(exc.code, exc.message)}.")
         return _back(request)
@@ -180,6 +182,8 @@ def approval_edit(request: HttpRequest, actor: Actor, approval_id: str) -> HttpR
         new = approvals.approval_edit(
             actor, approval_id, params=params, reason=request.POST.get("reason", "")[:2000]
         )
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         messages.error(
             request, f"{approval_id}: edit refused, {_CODES.get(exc.code, exc.message)}."
@@ -256,6 +260,8 @@ def wait_action(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRe
             )
         else:
             raise InvalidInput("unknown action")
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         messages.error(request, f"{operation_id}: refused, {exc.message}.")
     return HttpResponseRedirect("/waits/")
@@ -280,6 +286,8 @@ def task_control(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespon
             )
         else:
             raise InvalidInput("unknown action")
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         messages.error(request, f"Refused: {exc.message}.")
     else:
