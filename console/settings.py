@@ -305,6 +305,9 @@ SPECTACULAR_SETTINGS = {
         # imported while settings load).
         "OperationKind": ["tool", "wait_signal", "timer"],
         "ErrorKind": ["transient", "permanent"],
+        "ApprovalStatus": "runtime.transitions.ApprovalStatus.ALL",
+        # runtime.models.Signal.DISPOSITIONS
+        "SignalDisposition": ["delivered", "buffered", "duplicate", "late"],
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
     # A string that may not be blank says so (minLength 1), requests and responses alike.

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from console.api import schema as doc
 from console.api.auth import actor_of
 from console.api.control import ReasonIn
 from console.api.idempotency import idempotent
@@ -23,8 +23,6 @@ from runtime.approval_selectors import approval_get, approval_list
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
 
-JSON = OpenApiTypes.OBJECT
-
 
 class DecisionIn(serializers.Serializer):
     decision = serializers.ChoiceField(choices=approvals.DECISIONS)
@@ -33,11 +31,13 @@ class DecisionIn(serializers.Serializer):
 
 
 class BulkItemIn(DecisionIn):
-    approval = Text(max_length=64)
+    approval = Text(min_length=1, max_length=64)
 
 
 class BulkIn(serializers.Serializer):
-    decisions = BulkItemIn(many=True)
+    decisions = serializers.ListField(
+        child=BulkItemIn(), min_length=1, max_length=approvals.MAX_BULK
+    )
 
 
 class EditIn(serializers.Serializer):
@@ -46,49 +46,55 @@ class EditIn(serializers.Serializer):
 
 
 class RenewIn(serializers.Serializer):
-    expires_in_seconds = Int(min_value=1)
+    # The longest of the two ceilings (an approval's validity; a signal wait's is longer and is
+    # checked by its service).
+    expires_in_seconds = Int(min_value=1, max_value=366 * 24 * 3600)
     reason = Text(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class SignalIn(serializers.Serializer):
-    event_id = Text(max_length=200)
-    name = Text(max_length=200)
+    event_id = Text(min_length=1, max_length=200)
+    name = Text(min_length=1, max_length=200)
     payload = serializers.DictField(required=False, default=dict)
 
 
 class SteerIn(serializers.Serializer):
-    direction = Text(max_length=4000)
+    direction = Text(min_length=1, max_length=4000)
 
 
 class ApprovalCollection(ApiView):
     @extend_schema(
         operation_id="v1_approvals_list",
-        parameters=[
-            OpenApiParameter("status", str),
-            OpenApiParameter("tool", str),
-            OpenApiParameter("task", str),
-        ],
-        responses={200: JSON},
+        parameters=doc.APPROVAL_FILTERS,
+        responses=doc.responses({200: doc.ApprovalListSerializer}),
     )
     def get(self, request: Request) -> Response:
         rows = approval_list(
             actor_of(request),
             status=_param(request, "status"),
-            tool=_param(request, "tool"),
-            task_id=_param(request, "task"),
+            tool=_param(request, "tool", 200),
+            task_id=_param(request, "task", 64),
             limit=_limit(request, 100, 500),
         )
         return Response({"results": [approval_out(a) for a in rows]})
 
 
 class ApprovalDetail(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_approvals_retrieve",
+        responses=doc.responses({200: doc.ApprovalSerializer}),
+    )
     def get(self, request: Request, approval_id: str) -> Response:
         return Response(approval_out(approval_get(actor_of(request), approval_id)))
 
 
 class ApprovalDecision(ApiView):
-    @extend_schema(request=DecisionIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_approvals_decision",
+        request=DecisionIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.ApprovalSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, approval_id: str) -> Response:
         data = parse(DecisionIn, request.data)
@@ -103,7 +109,12 @@ class ApprovalDecision(ApiView):
 
 
 class ApprovalBulkDecisions(ApiView):
-    @extend_schema(request=BulkIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_approvals_decisions",
+        request=BulkIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.BulkResultsSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request) -> Response:
         raw = request.data.get("decisions") if isinstance(request.data, dict) else None
@@ -123,7 +134,12 @@ class ApprovalBulkDecisions(ApiView):
 
 
 class ApprovalEdit(ApiView):
-    @extend_schema(request=EditIn, responses={201: JSON})
+    @extend_schema(
+        operation_id="v1_approvals_edit",
+        request=EditIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({201: doc.ApprovalSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, approval_id: str) -> Response:
         data = parse(EditIn, request.data)
@@ -134,7 +150,12 @@ class ApprovalEdit(ApiView):
 
 
 class ApprovalRenew(ApiView):
-    @extend_schema(request=RenewIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_approvals_renew",
+        request=RenewIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.ApprovalSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, approval_id: str) -> Response:
         data = parse(RenewIn, request.data)
@@ -148,14 +169,22 @@ class ApprovalRenew(ApiView):
 
 
 class TaskSignals(ApiView):
-    @extend_schema(responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_signals_list",
+        responses=doc.responses({200: doc.SignalListSerializer}),
+    )
     def get(self, request: Request, task_id: str) -> Response:
         from runtime.tasks import task_get
 
         task_get(actor_of(request), task_id)
         return Response({"results": [signal_out(s) for s in signals.signals_of_task(task_id)]})
 
-    @extend_schema(request=SignalIn, responses={202: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_signals_create",
+        request=SignalIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({202: doc.SignalAnswerSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(SignalIn, request.data)
@@ -179,8 +208,16 @@ def _command_response(result: tuple[Any, TaskCommand]) -> Response:
     return Response(body, status=202)
 
 
+_COMMAND = doc.responses({202: doc.TaskCommandSerializer}, write=True)
+
+
 class TaskPause(ApiView):
-    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_pause",
+        request=ReasonIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=_COMMAND,
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})
@@ -190,7 +227,12 @@ class TaskPause(ApiView):
 
 
 class TaskResume(ApiView):
-    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_resume",
+        request=ReasonIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=_COMMAND,
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})
@@ -200,7 +242,12 @@ class TaskResume(ApiView):
 
 
 class TaskSteer(ApiView):
-    @extend_schema(request=SteerIn, responses={202: JSON})
+    @extend_schema(
+        operation_id="v1_tasks_steer",
+        request=SteerIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=_COMMAND,
+    )
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = parse(SteerIn, request.data)
@@ -212,8 +259,8 @@ class TaskSteer(ApiView):
 class WaitCollection(ApiView):
     @extend_schema(
         operation_id="v1_waits_list",
-        parameters=[OpenApiParameter("status", str)],
-        responses={200: JSON},
+        parameters=doc.WAIT_FILTERS,
+        responses=doc.responses({200: doc.OperationListSerializer}),
     )
     def get(self, request: Request) -> Response:
         status = _param(request, "status") or "expired"
@@ -224,7 +271,12 @@ class WaitCollection(ApiView):
 
 
 class WaitRenew(ApiView):
-    @extend_schema(request=RenewIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_waits_renew",
+        request=RenewIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.OperationSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = parse(RenewIn, request.data)
@@ -238,7 +290,12 @@ class WaitRenew(ApiView):
 
 
 class WaitTransform(ApiView):
-    @extend_schema(request=ReasonIn, responses={200: JSON})
+    @extend_schema(
+        operation_id="v1_waits_transform",
+        request=ReasonIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({200: doc.OperationSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})
@@ -247,7 +304,12 @@ class WaitTransform(ApiView):
 
 
 class WaitEnd(ApiView):
-    @extend_schema(request=ReasonIn, responses={202: JSON})
+    @extend_schema(
+        operation_id="v1_waits_end",
+        request=ReasonIn,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses=doc.responses({202: doc.TaskSerializer}, write=True),
+    )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = parse(ReasonIn, request.data or {})

@@ -8,6 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import Approval, Event, Invocation, Operation, Signal, Task, TaskCommand
 
@@ -95,7 +96,9 @@ class OperationIn(serializers.Serializer):
     max_attempts = Int(required=False, allow_null=True, min_value=1)
     signal = Text(max_length=200, required=False, default="", allow_blank=True)
     timeout_seconds = Int(required=False, allow_null=True, min_value=1)
-    approval_timeout_seconds = Int(required=False, allow_null=True, min_value=1)
+    approval_timeout_seconds = Int(
+        required=False, allow_null=True, min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS
+    )
 
 
 class HeartbeatIn(serializers.Serializer):
