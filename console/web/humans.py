@@ -39,6 +39,16 @@ def _filters(request: HttpRequest) -> dict[str, str]:
     }
 
 
+def _refusal(actor: Actor, approval: Approval) -> str | None:
+    """Why this person may not decide this request (policy.can_decide_approval), or None: the
+    page offers no decision it would refuse (the requester, the editor, a role without it)."""
+    try:
+        policy.can_decide_approval(actor, approval)
+    except NotAuthorized as exc:
+        return exc.message
+    return None
+
+
 def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:
     now = timezone.now()
     rows = []
@@ -61,6 +71,7 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 ],
                 "amount": f"{amount / 100:,.2f}" if isinstance(amount, int) else None,
                 "left": time_left(a.expires_at, now),
+                "refusal": _refusal(actor, a),
             }
         )
     return rows

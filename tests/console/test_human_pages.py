@@ -112,6 +112,7 @@ def test_an_edit_from_the_page_shows_the_diff_and_the_editor_cannot_approve_it()
         f"/approvals/{new.pk}/decide",
         {"decision": "approve", "params_hash": new.params_hash},
     )
+    assert "You may not decide it: the editor of a proposal may not approve it." in page
     # A missing right is a 403 page (as on every console form), not a flash message.
     assert response.status_code == 403
     assert Approval.objects.get(pk=new.pk).status == "pending"
