@@ -6,6 +6,11 @@ running finishes and is accepted). Resume re-admits and announces again every cl
 that has no announcement left, so paused work is never stranded (and the claim's conditional
 UPDATE keeps it to one run). Steer records a new direction in the task's versioned state; agents
 read it from the task and from the ``task.steered`` event.
+
+Locks: pause and steer take only the task row. Resume writes announcements, whose foreign key
+takes a share lock on each operation at commit, so it locks the task's claimable operations
+first (ascending id) and then the task row, the global order; work that became claimable between
+the two steps makes it start over.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from django.utils import timezone
 
 from runtime.actors import Actor
 from runtime.crashpoints import crash_point
-from runtime.errors import DomainError, InvalidInput, TaskRefused
+from runtime.errors import DomainError, InvalidInput, RequestInProgress, TaskRefused
 from runtime.ids import new_id
 from runtime.models import Operation, OutboxMessage, Task, TaskCommand
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
@@ -31,21 +36,63 @@ from runtime.transitions import Cancellation, OperationStatus, TaskCondition
 S = OperationStatus
 MAX_DIRECTION = 4000
 
-Apply = Callable[[Task, str, datetime], tuple[str, str]]
+# apply(task, command id, now, operations locked before the task) -> (disposition, detail)
+Apply = Callable[[Task, str, datetime, frozenset[str]], tuple[str, str]]
+# How often resume starts over when work became claimable between its two lock steps.
+_RESUME_TRIES = 5
+
+
+class _LockedTooFew(Exception):
+    """Resume found claimable work it had not locked before the task row: start over."""
+
+
+def _claimable_locked_txn(task_id: str) -> frozenset[str]:
+    """The task's claimable worker-run operations, locked in ascending id: resume's announcements
+    reference them (a foreign key check takes a share lock on each at commit), so they are
+    locked before the task row, in the global order, and a stop holding them goes first."""
+    return frozenset(
+        Operation.objects.select_for_update()
+        .filter(task_id=task_id, status__in=S.CLAIMABLE, executor=Operation.EXECUTOR_WORKER)
+        .order_by("id")
+        .values_list("pk", flat=True)
+    )
 
 
 def _run(
-    actor: Actor, task_id: str, kind: str, payload: dict[str, Any], apply: Apply
+    actor: Actor,
+    task_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    apply: Apply,
+    *,
+    lock_claimable: bool = False,
 ) -> tuple[Task, TaskCommand]:
     """Record the command with its disposition; apply it under the task's row lock. A refusal
-    is recorded too (its own savepoint commits) and then raised."""
+    is recorded too (its own savepoint commits) and then raised. With ``lock_claimable`` (resume)
+    the task's claimable operations are locked first, then the task (the global lock order)."""
     task = task_get(actor, task_id)
     can_control_task(actor, task)
+    for _ in range(_RESUME_TRIES):
+        try:
+            return _run_txn(actor, task_id, kind, payload, apply, lock_claimable=lock_claimable)
+        except _LockedTooFew:
+            continue
+    raise RequestInProgress("the task's work keeps changing; retry the command")
+
+
+def _run_txn(
+    actor: Actor,
+    task_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    apply: Apply,
+    *,
+    lock_claimable: bool,
+) -> tuple[Task, TaskCommand]:
     command_id = new_id("cmd")
     refusal: DomainError | None = None
     with transaction.atomic():
-        # Only the task row: these commands touch no operation row (resume only inserts
-        # announcements), so the global lock order is kept.
+        locked = _claimable_locked_txn(task_id) if lock_claimable else frozenset()
         task = Task.objects.select_for_update().get(pk=task_id)
         now = timezone.now()
         if task.condition == TaskCondition.TERMINAL:
@@ -55,7 +102,7 @@ def _run(
         if refusal is not None:
             disposition, detail = TaskCommand.REFUSED, refusal.message
         else:
-            disposition, detail = apply(task, command_id, now)
+            disposition, detail = apply(task, command_id, now, locked)
         command = TaskCommand.objects.create(
             id=command_id,
             task=task,
@@ -77,7 +124,9 @@ def _run(
 def task_pause(actor: Actor, task_id: str, *, reason: str = "") -> tuple[Task, TaskCommand]:
     """Pause a task. Preconditions: the actor may control it (agent, operator, admin)."""
 
-    def apply(task: Task, command_id: str, now: datetime) -> tuple[str, str]:
+    def apply(
+        task: Task, command_id: str, now: datetime, locked: frozenset[str]
+    ) -> tuple[str, str]:
         if task.paused:
             return TaskCommand.NO_CHANGE, "already paused"
         task_transition_txn(
@@ -96,7 +145,9 @@ def task_pause(actor: Actor, task_id: str, *, reason: str = "") -> tuple[Task, T
 def task_resume(actor: Actor, task_id: str, *, reason: str = "") -> tuple[Task, TaskCommand]:
     """Resume a paused task and announce its claimable work again."""
 
-    def apply(task: Task, command_id: str, now: datetime) -> tuple[str, str]:
+    def apply(
+        task: Task, command_id: str, now: datetime, locked: frozenset[str]
+    ) -> tuple[str, str]:
         if not task.paused:
             return TaskCommand.NO_CHANGE, "not paused"
         announced = set(
@@ -111,6 +162,8 @@ def task_resume(actor: Actor, task_id: str, *, reason: str = "") -> tuple[Task, 
             ).order_by("id")
             if op.pk not in announced
         ]
+        if any(op.pk not in locked for op in stranded):
+            raise _LockedTooFew  # rolls back; the next try locks it before the task
         for op in stranded:
             outbox_enqueue_txn(
                 topic=TOPIC_EXECUTE,
@@ -128,7 +181,7 @@ def task_resume(actor: Actor, task_id: str, *, reason: str = "") -> tuple[Task, 
         )
         return TaskCommand.APPLIED, f"resumed; {len(stranded)} operation(s) announced again"
 
-    return _run(actor, task_id, "resume", {"reason": reason}, apply)
+    return _run(actor, task_id, "resume", {"reason": reason}, apply, lock_claimable=True)
 
 
 def task_steer(actor: Actor, task_id: str, *, direction: str) -> tuple[Task, TaskCommand]:
@@ -137,7 +190,9 @@ def task_steer(actor: Actor, task_id: str, *, direction: str) -> tuple[Task, Tas
     if not direction or len(direction) > MAX_DIRECTION:
         raise InvalidInput(f"direction must have 1 to {MAX_DIRECTION} characters")
 
-    def apply(task: Task, command_id: str, now: datetime) -> tuple[str, str]:
+    def apply(
+        task: Task, command_id: str, now: datetime, locked: frozenset[str]
+    ) -> tuple[str, str]:
         version = task.direction_version + 1
         task_transition_txn(
             task,

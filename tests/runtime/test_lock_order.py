@@ -233,3 +233,45 @@ def test_a_report_of_a_compensation_locks_its_original_before_the_task(settings)
     stopped.result(timeout=1)
     original.refresh_from_db()
     assert original.status == "compensated"
+
+
+# --- resume: its announcements reference the operations, so it locks them before the task -----
+
+
+def test_a_resume_racing_a_stop_waits_for_the_stops_operation_rows_and_never_deadlocks():
+    """The stop holds the paused task's operation rows (FOR UPDATE) and has not locked the task
+    yet; a resume starts. An announcement's foreign key takes a share lock on its operation at
+    commit, so a resume that locked the task first would wait for the stop while the stop waits
+    for it: ``deadlock detected``. Resume locks the claimable operations first (ascending id),
+    waits for the stop, then finds the task ended and is refused."""
+    from runtime.control import task_pause, task_resume
+    from runtime.errors import TaskRefused
+    from runtime.leases import Refusal
+    from runtime.models import OutboxMessage, TaskCommand
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    task_pause(owner.actor, task.pk)
+    # A delivery for the paused task spends the announcement: resume will have to write one.
+    refused = operation_claim(op.pk, execution_id=execution_for_agent("worker").pk)
+    assert isinstance(refused, Refusal) and refused.reason == "the task is paused"
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: task_cancel(owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        resumer, resumed = in_thread(lambda: task_resume(owner.actor, task.pk), "resumer")
+        wait_until_blocked_on_a_lock("the resume to wait for the stop's operation rows")
+        gate.release()
+        stopper.join(30)
+        resumer.join(30)
+
+    assert stopped.result(timeout=1).cancellation != "none"  # raises a deadlock, if any
+    error = resumed.exception(timeout=1)
+    # Nothing was running: the cancel ended the task, and the resume is refused for that.
+    assert isinstance(error, TaskRefused) and error.code == "task_terminal", error
+    op.refresh_from_db()
+    assert op.status == "cancelled"
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    assert TaskCommand.objects.get(task=task, kind="resume").disposition == "refused"
