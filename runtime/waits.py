@@ -6,6 +6,7 @@ ends the task."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -339,18 +340,27 @@ def wait_transform(actor: Actor, operation_id: str, *, reason: str) -> Operation
 
 
 def wait_end_task(actor: Actor, operation_id: str, *, reason: str) -> Task:
-    """End the task an expired wait belongs to: the wait is transformed, then the task is
-    cancelled (its other work stops as any cancellation stops it)."""
+    """End the task an expired wait belongs to: the task is cancelled (its other work stops as
+    any cancellation stops it), then the expired wait is transformed (cancelled; an expired
+    approval denied).
+
+    In that order for the locks: the cancel locks the task's unsettled operations (the expired
+    one among them) before the task row, and the transform then only re-takes rows this
+    transaction already holds, so the pair keeps the global order even when one outer
+    transaction holds both (an ``Idempotency-Key`` request)."""
     op = _admin_op(actor, operation_id)
+    if op.status != S.EXPIRED or not (
+        op.kind == Operation.KIND_WAIT_SIGNAL or op.approval_required
+    ):
+        raise WaitNotExpired(f"the operation is {op.status}, not an expired wait")
+    reason = reason or "task ended by an admin after an expired wait"
+    # A task that ended already refuses the cancel: its expired wait is still settled below.
+    with contextlib.suppress(Conflict):
+        task_cancel(actor, op.task_id, reason)
     with transaction.atomic():
         op = Operation.objects.select_for_update().get(pk=op.pk)
-        _transform_txn(
-            op, actor=actor, reason=reason or "task ended by an admin", now=timezone.now()
-        )
-    try:
-        return task_cancel(actor, op.task_id, reason or "ended by an admin after an expired wait")
-    except Conflict:
-        return Task.objects.get(pk=op.task_id)
+        _transform_txn(op, actor=actor, reason=reason, now=timezone.now())
+    return Task.objects.get(pk=op.task_id)
 
 
 def waits_of_task(task_id: str) -> list[dict[str, Any]]:
