@@ -30,6 +30,7 @@ POINTS = frozenset(
         "wait.registered",  # a wait is registered under the task lock, not yet committed
         "signal.task_locked",  # a signal holds the task row, before looking for a late wait
         "control.applied",  # a pause/resume/steer is written under the task lock, not committed
+        "claim.approval_released",  # a gated claim released its approval, not yet moved the op
     }
 )
 

@@ -226,8 +226,17 @@ def _claim_txn(
             fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
         )
     if op.approval_required:
-        # The release recheck: gated work runs only under an approval of these parameters.
+        # The release recheck: gated work runs only under an approval of these parameters. The
+        # operation row is locked first (as read), then the approval, then (through the
+        # transition's journal) the task: the release gate's order, so a late decision racing
+        # this claim waits for it instead of deadlocking.
+        held = Operation.objects.select_for_update().filter(
+            pk=op.pk, status=op.status, state_version=op.state_version
+        )
+        if not list(held.values_list("pk", flat=True)):
+            return Refusal("another claimant won")
         missing = approval_release_txn(op, now=now)
+        crash_point("claim.approval_released")
         if missing is not None:
             return _settle_or_refuse(
                 op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=missing

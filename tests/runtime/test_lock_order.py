@@ -275,3 +275,47 @@ def test_a_resume_racing_a_stop_waits_for_the_stops_operation_rows_and_never_dea
     assert op.status == "cancelled"
     assert not OutboxMessage.objects.filter(operation=op).exists()
     assert TaskCommand.objects.get(task=task, kind="resume").disposition == "refused"
+
+
+# --- a gated claim: the operation row before its approval, as the release gate takes them ------
+
+
+def test_a_late_decision_racing_a_gated_claim_waits_for_it_and_never_deadlocks(settings):
+    """The claim of approved work releases its approval; a second operator's decision on the same
+    approval arrives meanwhile. The gate locks the operation, then the approval; a claim that
+    took the approval before the operation would deadlock with it. The claim locks the
+    operation first, so the decision waits, then finds the approval released and is refused."""
+    from runtime.approvals import approval_decide
+    from runtime.errors import ApprovalDecided
+
+    settings.HOTPATH = True  # the statement declines gated work: this is the path it takes
+    owner = factories.agent()
+    first, second = factories.console_user("operator"), factories.console_user("operator")
+    task = factories.task(owner)
+    op = factories.operation(
+        owner, task, tool="demo.payments.charge", params={"account": "a", "amount_cents": 25000}
+    )
+    approval = op.approvals.get()
+
+    def decide(who):
+        return approval_decide(
+            who.actor, approval.pk, decision="approve", reason="", params_hash=op.params_hash
+        )
+
+    decide(first)
+    execution = execution_for_agent("worker").pk
+    with gate_at("claim.approval_released", "claimer") as gate:
+        claimer, claimed = in_thread(
+            lambda: operation_claim(op.pk, execution_id=execution), "claimer"
+        )
+        assert gate.reached.wait(30), "the claim never released the approval"
+        decider, decided = in_thread(lambda: decide(second), "decider")
+        wait_until_blocked_on_a_lock("the late decision to wait for the claim's rows")
+        gate.release()
+        claimer.join(30)
+        decider.join(30)
+
+    assert isinstance(claimed.result(timeout=1), Lease)  # raises a deadlock, if any
+    assert isinstance(decided.exception(timeout=1), ApprovalDecided)
+    approval.refresh_from_db()
+    assert approval.status == "released" and approval.decided_by == first.actor.label
