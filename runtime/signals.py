@@ -48,6 +48,16 @@ def _waiting(task_id: str, name: str) -> Operation | None:
     )
 
 
+def _expired(task_id: str, name: str) -> Operation | None:
+    # SKIP LOCKED: one that someone is renewing or cancelling right now is left unlinked.
+    return (
+        Operation.objects.select_for_update(skip_locked=True)
+        .filter(task_id=task_id, kind=Operation.KIND_WAIT_SIGNAL, signal=name, status=S.EXPIRED)
+        .order_by("-updated_at")
+        .first()
+    )
+
+
 def signal_send(
     actor: Actor, task_id: str, *, event_id: str, name: str, payload: dict[str, Any]
 ) -> SignalAnswer:
@@ -76,6 +86,10 @@ def signal_send(
                 received_at=now,
             )
             wait = _waiting(task_id, name)
+            # The expired wait a late signal is linked to, locked now, before the task row: the
+            # link's foreign key share-locks it at commit, and a stop or a renewal holding it
+            # while it waits for the task row must not wait on us in turn.
+            expired = None if wait is not None else _expired(task_id, name)
             _, row = event_append_txn(
                 task_id=task_id,
                 type="signal.received",
@@ -108,8 +122,10 @@ def signal_send(
                 )
                 if ended or late_for is not None:
                     disposition = Signal.LATE
+                    # Linked only to a wait this transaction holds (else left unlinked).
+                    held = late_for is not None and expired is not None and late_for == expired
                     Signal.objects.filter(pk=signal.pk).update(
-                        disposition=disposition, operation=late_for
+                        disposition=disposition, operation=late_for if held else None
                     )
                 else:
                     disposition = Signal.BUFFERED

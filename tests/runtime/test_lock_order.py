@@ -319,3 +319,36 @@ def test_a_late_decision_racing_a_gated_claim_waits_for_it_and_never_deadlocks(s
     assert isinstance(decided.exception(timeout=1), ApprovalDecided)
     approval.refresh_from_db()
     assert approval.status == "released" and approval.decided_by == first.actor.label
+
+
+def test_a_late_signal_never_waits_for_a_stop_holding_its_expired_wait():
+    """A stop holds the task's operation rows (an expired signal wait among them) and is about to
+    lock the task row. A signal for that wait arrives: it is late. Linking it to the wait would
+    share-lock the wait at commit while holding the task row, which the stop waits for: a
+    deadlock. The signal takes the wait only with SKIP LOCKED before the task row, so it
+    commits (late, unlinked) without waiting, and the stop then goes on."""
+    from runtime.signals import signal_send
+    from runtime.waits import wait_sweep
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    wait = factories.operation(
+        owner, task, kind="wait_signal", tool="", signal="go", timeout_seconds=60
+    )
+    Operation.objects.filter(pk=wait.pk).update(wait_until=wait.created_at)
+    assert wait_sweep()["waits_expired"] == 1
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: task_cancel(owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        _, signalled = in_thread(
+            lambda: signal_send(owner.actor, task.pk, event_id="e1", name="go", payload={}),
+            "signaller",
+        )
+        # Bounded only so that a regression fails instead of hanging; nothing is ordered by it.
+        answer = signalled.result(timeout=30)
+        gate.release()
+        stopper.join(30)
+
+    assert answer.disposition == "late"
+    assert stopped.result(timeout=1).cancellation != "none"  # raises a deadlock, if any
