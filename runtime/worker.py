@@ -45,10 +45,3 @@ def execute_operation(operation_id: str, outbox_id: int | None = None) -> str:
     from runtime.executor import operation_execute
 
     return operation_execute(operation_id)
-
-
-@shared_task(name="runtime.sweep", ignore_result=True)
-def sweep() -> dict[str, int]:
-    from runtime.sweeper import sweep_once
-
-    return sweep_once()
