@@ -23,6 +23,8 @@ POINTS = frozenset(
         "cancel.after_lock",  # cancel/fail locked the task's live operations, not yet the task
         "artifact.after_put",  # an upload wrote its bytes, not yet read them back
         "artifact.accept_before_commit",  # an acceptance bumped the task's version, uncommitted
+        "artifact.awaiting_deletion",  # an upload waits for the reconciler to delete its bytes
+        "reconcile.before_delete",  # the reconciler committed its decision, not yet deleted
     }
 )
 

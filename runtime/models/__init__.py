@@ -1,4 +1,10 @@
-from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
+from runtime.models.artifacts import (
+    Artifact,
+    ArtifactStatus,
+    CheckResult,
+    ContentKey,
+    RequiredCheck,
+)
 from runtime.models.events import Event
 from runtime.models.operations import (
     Execution,
@@ -20,6 +26,7 @@ __all__ = [
     "Attempt",
     "AuditRecord",
     "CheckResult",
+    "ContentKey",
     "Event",
     "Execution",
     "IdempotentRequest",
