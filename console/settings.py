@@ -254,6 +254,11 @@ ARTIFACT_MEDIA_TYPES = [
 ARTIFACT_RETENTION_SECONDS = _env_int("ARTIFACT_RETENTION_SECONDS", 24 * 3600)
 ARTIFACT_STAGING_GRACE_SECONDS = _env_int("ARTIFACT_STAGING_GRACE_SECONDS", 600)
 ARTIFACT_RECONCILE_SECONDS = _env_int("ARTIFACT_RECONCILE_SECONDS", 300)
+# An upload of bytes the reconciler is deleting waits this long for the deletion (one storage
+# call) before answering 503; a deletion marked longer ago than the second one was abandoned by
+# a reconciler that died, and the next reconciliation finishes it.
+ARTIFACT_DELETION_WAIT_SECONDS = _env_int("ARTIFACT_DELETION_WAIT_SECONDS", 10)
+ARTIFACT_DELETION_STALE_SECONDS = _env_int("ARTIFACT_DELETION_STALE_SECONDS", 600)
 CHECK_TIMEOUT_SECONDS = float(os.environ.get("CHECK_TIMEOUT_SECONDS") or 10.0)
 CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.

@@ -41,7 +41,7 @@ from runtime.keys import key_in_namespace, key_namespace
 from runtime.leases import lease_token_digest, lease_token_matches, task_stopping
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
-from runtime.policy import can_propose, task_scope
+from runtime.policy import can_claim, can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for
@@ -231,6 +231,19 @@ def operation_get(actor: Actor, operation_id: str) -> Operation:
     op = Operation.objects.filter(task_scope(actor, "task__"), pk=operation_id).first()
     if op is None:
         raise NotFound("no such operation")
+    return op
+
+
+def operation_get_for_agent(actor: Actor, operation_id: str, *, leased: bool = False) -> Operation:
+    """The operation, for the agent that runs it over the API (claim, heartbeat, complete).
+
+    NotFound when the actor may not see it; NotAuthorized unless the actor is the task's agent
+    (``policy.can_claim``). With ``leased``: StaleLease for a worker-run operation, whose lease
+    is only ever held by a worker, so no API call can heartbeat or complete it."""
+    op = operation_get(actor, operation_id)
+    can_claim(actor, op)
+    if leased and op.executor != Operation.EXECUTOR_AGENT:
+        raise StaleLease("this operation is run by the workers; no API claim holds its lease")
     return op
 
 

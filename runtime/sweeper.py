@@ -1,7 +1,6 @@
-"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows, expired
-approvals, due timers and expired signal waits, and in
-embedded mode the broker's spent messages. The database says what is due; the broker is never
-the record."""
+"""The sweeper (its own process, `manage.py beat`, every SWEEP_SECONDS): expired leases, stale
+outbox rows, expired approvals, due timers and expired signal waits, and in embedded mode the
+broker's spent messages. The database says what is due; the broker is never the record."""
 
 from __future__ import annotations
 

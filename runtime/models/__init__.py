@@ -1,4 +1,10 @@
-from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
+from runtime.models.artifacts import (
+    Artifact,
+    ArtifactStatus,
+    CheckResult,
+    ContentKey,
+    RequiredCheck,
+)
 from runtime.models.events import Event
 from runtime.models.humans import Approval, Signal, TaskCommand
 from runtime.models.operations import (
@@ -22,6 +28,7 @@ __all__ = [
     "Attempt",
     "AuditRecord",
     "CheckResult",
+    "ContentKey",
     "Event",
     "Execution",
     "IdempotentRequest",

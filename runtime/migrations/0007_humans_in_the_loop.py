@@ -24,7 +24,7 @@ def restore_sqlite_task_count_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0005_artifacts_and_checks'),
+        ('runtime', '0006_artifact_content_keys'),
     ]
 
     operations = [
