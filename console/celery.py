@@ -49,9 +49,6 @@ app.conf.update(
     accept_content=["json"],
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
-    beat_schedule={
-        "sweep": {"task": "runtime.sweep", "schedule": float(settings.SWEEP_SECONDS)},
-    },
     include=["runtime.worker"],
     timezone="UTC",
 )

@@ -275,6 +275,11 @@ ARTIFACT_MEDIA_TYPES = [
 ARTIFACT_RETENTION_SECONDS = _env_int("ARTIFACT_RETENTION_SECONDS", 24 * 3600)
 ARTIFACT_STAGING_GRACE_SECONDS = _env_int("ARTIFACT_STAGING_GRACE_SECONDS", 600)
 ARTIFACT_RECONCILE_SECONDS = _env_int("ARTIFACT_RECONCILE_SECONDS", 300)
+# An upload of bytes the reconciler is deleting waits this long for the deletion (one storage
+# call) before answering 503; a deletion marked longer ago than the second one was abandoned by
+# a reconciler that died, and the next reconciliation finishes it.
+ARTIFACT_DELETION_WAIT_SECONDS = _env_int("ARTIFACT_DELETION_WAIT_SECONDS", 10)
+ARTIFACT_DELETION_STALE_SECONDS = _env_int("ARTIFACT_DELETION_STALE_SECONDS", 600)
 CHECK_TIMEOUT_SECONDS = float(os.environ.get("CHECK_TIMEOUT_SECONDS") or 10.0)
 CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.
@@ -326,6 +331,9 @@ SPECTACULAR_SETTINGS = {
         # imported while settings load).
         "OperationKind": ["tool", "wait_signal", "timer"],
         "ErrorKind": ["transient", "permanent"],
+        "ApprovalStatus": "runtime.transitions.ApprovalStatus.ALL",
+        # runtime.models.Signal.DISPOSITIONS
+        "SignalDisposition": ["delivered", "buffered", "duplicate", "late"],
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
     # A string that may not be blank says so (minLength 1), requests and responses alike.

@@ -12,6 +12,7 @@ Storage calls never run inside a database transaction: each stage commits on its
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,7 +36,7 @@ from runtime.errors import (
     UnsupportedMediaType,
 )
 from runtime.events import event_append_txn
-from runtime.models import Artifact, ArtifactStatus, CheckResult, Operation, Task
+from runtime.models import Artifact, ArtifactStatus, CheckResult, ContentKey, Operation, Task
 from runtime.policy import allowed, can_write_outcomes, task_scope
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
@@ -162,9 +163,11 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
     # The content address is recorded before any byte is written: a crash after the write
     # leaves a staged row naming the key, which the reconciler verifies and recovers.
     key = store.content_key(measured.hexdigest)
-    Artifact.objects.filter(pk=artifact.pk, status=A.STAGED).update(
-        digest=measured.digest, size=measured.size, storage_key=key, updated_at=timezone.now()
-    )
+    try:
+        _content_claim(artifact.pk, key, measured)
+    except StorageUnavailable as exc:
+        _fail(artifact, str(exc), actor.label)
+        raise
     try:
         store.content_put(key, content, measured=measured, media_type=media_type)
         crash_point("artifact.after_put")
@@ -176,6 +179,41 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
         _fail(artifact, problem, actor.label)
         raise StorageUnavailable(f"the stored bytes did not verify: {problem}")
     return _mark_stored(artifact.pk, actor.label, reason="")
+
+
+def _content_lock_txn(key: str) -> ContentKey:
+    """Lock the key's ContentKey row (created on first use) inside the caller's transaction. The
+    lock is taken by a write, so it also serialises on SQLite, where SELECT ... FOR UPDATE does
+    nothing."""
+    ContentKey.objects.bulk_create([ContentKey(key=key)], ignore_conflicts=True)
+    ContentKey.objects.filter(key=key).update(key=key)
+    return ContentKey.objects.get(key=key)
+
+
+def _content_claim(artifact_id: str, key: str, measured: store.Measured) -> None:
+    """Record on the staged row that it needs the bytes under ``key``, under the key's lock.
+
+    Either this commits first, and the reconciler (which decides under the same lock) sees a
+    holding row and keeps the bytes; or the reconciler marked the key as being deleted first,
+    and this waits until the deletion is done, so the bytes are then written anew. Never both:
+    an upload is never told its bytes are stored while a deletion of them is under way."""
+    deadline = time.monotonic() + settings.ARTIFACT_DELETION_WAIT_SECONDS
+    while True:
+        with transaction.atomic():
+            if _content_lock_txn(key).deleting_since is None:
+                Artifact.objects.filter(pk=artifact_id, status=A.STAGED).update(
+                    digest=measured.digest,
+                    size=measured.size,
+                    storage_key=key,
+                    updated_at=timezone.now(),
+                )
+                # The row is only a lock anchor: the staged row now says the bytes are needed.
+                ContentKey.objects.filter(key=key).delete()
+                return
+        if time.monotonic() >= deadline:
+            raise StorageUnavailable("these bytes are being reclaimed from storage; retry")
+        crash_point("artifact.awaiting_deletion")
+        time.sleep(0.1)
 
 
 def _mark_stored(artifact_id: str, actor: str, *, reason: str) -> Artifact:
@@ -214,7 +252,7 @@ def _event_txn(artifact: Artifact, type: str, now: datetime, actor: str, **extra
     event_append_txn(
         task_id=artifact.task_id,
         type=type,
-        state_version=0,
+        state_version=None,  # the task's: an artifact's stage changes no version of its own
         now=now,
         operation_id=artifact.operation_id,
         actor=actor,
@@ -441,14 +479,33 @@ def artifact_reconcile(now: datetime | None = None) -> dict[str, int]:
                 artifact.status = A.DISCARDED
                 _event_txn(artifact, "artifact.discarded", now, "system:reconciler")
                 counts["discarded"] += 1
+    # A deletion that a reconciler began and never finished (it died) is finished here: the key
+    # stays marked until then, and uploads of those bytes wait for it.
+    stale = now - timedelta(seconds=settings.ARTIFACT_DELETION_STALE_SECONDS)
+    for key in ContentKey.objects.filter(deleting_since__lt=stale).values_list("key", flat=True):
+        store.content_delete(key)
+        ContentKey.objects.filter(key=key).delete()
     for key, modified in list(store.content_listing()):
         if modified >= retention:
             continue
-        if Artifact.objects.filter(storage_key=key, status__in=A.HOLDING).exists():
-            continue
-        store.content_delete(key)
-        counts["deleted"] += 1
+        if _content_deletion_begin(key, now):
+            crash_point("reconcile.before_delete")
+            store.content_delete(key)
+            ContentKey.objects.filter(key=key).delete()
+            counts["deleted"] += 1
     return counts
+
+
+def _content_deletion_begin(key: str, now: datetime) -> bool:
+    """Mark ``key`` as being deleted, under its lock, if no holding row references it (the
+    decision and an upload's claim on the key are serialised by that lock)."""
+    with transaction.atomic():
+        _content_lock_txn(key)
+        if Artifact.objects.filter(storage_key=key, status__in=A.HOLDING).exists():
+            ContentKey.objects.filter(key=key, deleting_since__isnull=True).delete()
+            return False
+        ContentKey.objects.filter(key=key).update(deleting_since=now)
+    return True
 
 
 def reconcile_due(now: datetime, last: datetime | None) -> bool:

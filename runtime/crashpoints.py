@@ -23,6 +23,16 @@ POINTS = frozenset(
         "cancel.after_lock",  # cancel/fail locked the task's live operations, not yet the task
         "artifact.after_put",  # an upload wrote its bytes, not yet read them back
         "artifact.accept_before_commit",  # an acceptance bumped the task's version, uncommitted
+        "approval.gate_locked",  # the release gate holds the operation and approval rows
+        "approval.before_commit",  # a decision is written, not yet committed
+        "approval.expire_locked",  # the expiry sweep holds the operation and approval rows
+        "wait.before_register",  # a wait's row is inserted, the task row not yet locked
+        "wait.registered",  # a wait is registered under the task lock, not yet committed
+        "signal.task_locked",  # a signal holds the task row, before looking for a late wait
+        "control.applied",  # a pause/resume/steer is written under the task lock, not committed
+        "claim.approval_released",  # a gated claim released its approval, not yet moved the op
+        "artifact.awaiting_deletion",  # an upload waits for the reconciler to delete its bytes
+        "reconcile.before_delete",  # the reconciler committed its decision, not yet deleted
     }
 )
 

@@ -158,3 +158,27 @@ class CompletionRefused(Conflict):
     code = "completion_refused"
     # The reasons (which checks, which operations) are part of the answer to the caller.
     public_details = True
+
+
+class ApprovalStale(Conflict):
+    """The decision names a parameter hash that is not the current proposal's."""
+
+    code = "approval_stale"
+
+
+class ApprovalExpired(Conflict):
+    """The approval's validity period ended before the decision reached the gate."""
+
+    code = "approval_expired"
+
+
+class ApprovalDecided(Conflict):
+    """Someone already decided this approval (or it was superseded by an edit)."""
+
+    code = "approval_decided"
+
+
+class WaitNotExpired(Conflict):
+    """Only an expired wait can be renewed, transformed or ended this way."""
+
+    code = "wait_not_expired"

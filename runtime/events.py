@@ -122,7 +122,7 @@ def event_append_txn(
     *,
     task_id: str,
     type: str,
-    state_version: int,
+    state_version: int | None,
     now: datetime,
     deltas: tuple[int, int, int] = (0, 0, 0),
     operation_id: str | None = None,
@@ -130,7 +130,8 @@ def event_append_txn(
     data: dict[str, Any] | None = None,
 ) -> tuple[Event, TaskRow]:
     """Append one event to the task's journal inside the caller's transaction; the hint to live
-    readers goes out only after commit."""
+    readers goes out only after commit. ``state_version`` is the version of the entity the event
+    is about; None for an event about the task that changes no version (it records the task's)."""
     task = task_touch_txn(task_id, deltas, now)
     payload = dict(data or {})
     payload.setdefault("task_condition", task.condition)
@@ -140,7 +141,7 @@ def event_append_txn(
         seq=task.event_seq,
         type=type,
         at=now,
-        state_version=state_version,
+        state_version=task.state_version if state_version is None else state_version,
         operation_id=operation_id,
         actor=actor,
         data=payload,

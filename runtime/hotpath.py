@@ -20,6 +20,13 @@ The transition tables stay the one description of what is allowed: every status 
 into the SQL is taken from ``runtime.transitions`` when this module loads, and
 ``tests/runtime/test_hotpath.py`` checks each guarded source set against
 ``OPERATION.sources_of(target)``.
+
+People in the loop: the claim statement takes no work that needs an approval
+(``approval_required``: the general claim rechecks and releases the covering approval) and no
+work of a paused task (the general claim refuses and spends the announcement; a pause that
+commits while the statement waits for the task row raises ``PausedUnderLock``). A proposal the
+tool's policy gates never uses the proposal statement: ``runtime.operations`` creates it
+``waiting_approval`` with its pending approval and no outbox row on the general path.
 """
 
 from __future__ import annotations
@@ -143,6 +150,11 @@ class StoppedUnderLock(Exception):
     the whole transaction back and takes the general path, which settles for the stop."""
 
 
+class PausedUnderLock(Exception):
+    """The task's pause committed while the statement waited for the task row: the caller rolls
+    the whole transaction back and refuses the delivery (runtime.control's pause hook)."""
+
+
 # --- claim ------------------------------------------------------------------------------------
 
 _CLAIM_SQL = f"""
@@ -168,6 +180,7 @@ WITH op AS (
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
     AND o.attempts_used < o.max_attempts
     AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
+    AND NOT o.approval_required AND NOT t.paused
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
     AND (o.attempts_used = 0 OR t.budget = '{{}}'::jsonb)
@@ -204,7 +217,8 @@ def claim_txn(
     actor: str,
     now: datetime,
 ) -> Operation | None:
-    """The common claim in one statement: a due, unstopped, in-deadline, supported operation with
+    """The common claim in one statement: a due, unstopped, unpaused, ungated, in-deadline,
+    supported operation with
     attempts left moves to running under the next generation, with its event, its invocation and
     its outbox rows consumed. A re-dispatch of a budgeted task's operation is not covered (it may
     have to hold its estimate again after a lost call: the general path's ledger check). Returns
@@ -241,6 +255,8 @@ def claim_txn(
     budget_remember(op.task_id, json.loads(budget) if isinstance(budget, str) else budget)
     if _stopping(task):
         raise StoppedUnderLock
+    if task.paused:
+        raise PausedUnderLock
     _hint_after_commit(task, "operation.claimed")
     return op
 
@@ -353,12 +369,12 @@ WITH op AS (
     id, task_id, attempt_id, kind, tool, tool_version, step, intent_version, params, params_hash,
     idempotency_key, executor, status, state_version, lease_generation, lease_token_digest,
     attempts_used, max_attempts, deadline, cancel_requested, estimate, signal, timeout_seconds,
-    status_reason, created_at, updated_at)
+    status_reason, approval_required, created_at, updated_at)
   VALUES (
     %(id)s, %(task_id)s, %(attempt_id)s, %(kind)s, %(tool)s, %(tool_version)s, %(step)s,
     %(intent_version)s, %(params)s, %(params_hash)s, %(key)s, %(executor)s, '{S.PENDING}', 1, 0,
     '', 0, %(max_attempts)s, %(deadline)s, false, %(estimate)s, %(signal)s, %(timeout_seconds)s,
-    '', %(now)s, %(now)s)
+    '', false, %(now)s, %(now)s)
   ON CONFLICT ON CONSTRAINT operation_key_unique_per_task DO NOTHING
   RETURNING id, task_id, state_version
 ), task AS ({_TASK_TOUCH}

@@ -25,6 +25,7 @@ from django.utils import timezone
 from runtime import hotpath
 from runtime.actors import SWEEPER, execution_actor
 from runtime.admission import concurrency_slot_free_txn
+from runtime.approval_gate import approval_release_txn
 from runtime.budgets import (
     budget_mark_unknown_txn,
     budget_rehold_needed,
@@ -33,6 +34,7 @@ from runtime.budgets import (
     budget_reserve_txn,
     task_budget,
 )
+from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
@@ -99,6 +101,10 @@ class _LedgerRefused(Exception):
     """A re-dispatch after a lost call could not hold its estimate again: undo the claim."""
 
 
+class _PausedUnderLock(Exception):
+    """The task's pause committed while the claim waited for the task row: undo the claim."""
+
+
 def operation_claim(
     operation_id: str,
     *,
@@ -141,6 +147,11 @@ def operation_claim(
         pass
     except _LedgerRefused:
         return _ledger_refused(operation_id, now, actor=actor)
+    except (_PausedUnderLock, hotpath.PausedUnderLock):
+        # A pause committed while the claim waited for the task row: the claim rolled back.
+        with transaction.atomic():
+            task_id = Operation.objects.filter(pk=operation_id).values_list("task_id", flat=True)
+            return Refusal(paused_claim_refused_txn(operation_id, task_id.get()))
     # The claim rolled back; settle the work for the stop in a transaction of its own.
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
@@ -268,6 +279,9 @@ def _claim_txn(
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
         return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=_stop_reason(task))
+    if task.paused and not cleanup:
+        # Pause: the delivery takes nothing and its announcement is spent (runtime.control).
+        return Refusal(paused_claim_refused_txn(op.pk, task.pk))
     deadline = op.deadline or task.deadline
     if deadline is not None and now >= deadline and not cleanup:
         reason = "the deadline passed before the work could start"
@@ -290,6 +304,22 @@ def _claim_txn(
             reason="attempts exhausted",
             fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
         )
+    if op.approval_required:
+        # The release recheck: gated work runs only under an approval of these parameters. The
+        # operation row is locked first (as read), then the approval, then (through the
+        # transition's journal) the task: the release gate's order, so a late decision racing
+        # this claim waits for it instead of deadlocking.
+        held = Operation.objects.select_for_update().filter(
+            pk=op.pk, status=op.status, state_version=op.state_version
+        )
+        if not list(held.values_list("pk", flat=True)):
+            return Refusal("another claimant won")
+        missing = approval_release_txn(op, now=now)
+        crash_point("claim.approval_released")
+        if missing is not None:
+            return _settle_or_refuse(
+                op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=missing
+            )
     generation = op.lease_generation + 1
     number = op.attempts_used + 1
     expires = now + timedelta(seconds=lease_seconds())
@@ -317,6 +347,8 @@ def _claim_txn(
         return Refusal("another claimant won")
     if task_stopping(transitioned.task) and not cleanup:
         raise _StoppedUnderLock
+    if transitioned.task.paused and not cleanup:
+        raise _PausedUnderLock
     op.lease_generation = generation
     op.attempts_used = number
     _rehold_txn(op, now)  # Limits: a re-dispatch after a lost call holds anew

@@ -21,6 +21,11 @@ from django.utils import timezone
 from runtime import hotpath
 from runtime.actors import Actor, execution_actor
 from runtime.admission import queue_admit_txn
+from runtime.approval_gate import (
+    MAX_APPROVAL_TIMEOUT_SECONDS,
+    approval_request_txn,
+    first_proposal_hash,
+)
 from runtime.budgets import (
     budget_remember,
     budget_reserve_txn,
@@ -43,11 +48,12 @@ from runtime.keys import key_in_namespace, key_namespace
 from runtime.leases import lease_token_digest, lease_token_matches, task_stopping
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
-from runtime.policy import can_propose, task_scope
+from runtime.policy import can_claim, can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
 from runtime.transitions import OPERATION, OperationStatus
+from runtime.waits import wait_propose
 
 S = OperationStatus
 
@@ -67,15 +73,12 @@ class OperationSpec:
     max_attempts: int | None = None
     signal: str = ""
     timeout_seconds: int | None = None
+    approval_timeout_seconds: int | None = None
 
 
 def _validate(spec: OperationSpec) -> None:
     if spec.kind not in Operation.KINDS:
         raise InvalidInput(f"kind must be one of {', '.join(Operation.KINDS)}")
-    if spec.kind != Operation.KIND_TOOL:
-        # Durable waits (signals, timers) are not built yet: refuse them rather than hand a
-        # wait to the workers as if it were a tool call.
-        raise InvalidInput(f"kind {spec.kind!r} is not available yet", code="unsupported_kind")
     if spec.executor not in Operation.EXECUTORS:
         raise InvalidInput(f"executor must be one of {', '.join(Operation.EXECUTORS)}")
     if not spec.step or len(spec.step) > 200:
@@ -101,6 +104,8 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     Admission (cancelled, paused, terminal, deadline) is checked under the task's row lock, so
     it cannot race a cancellation.
     """
+    if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
+        return wait_propose(actor, task_id, spec)
     _validate(spec)
     task = (
         Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
@@ -121,6 +126,14 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         ),
     )
     digest = params_hash(spec.params)
+    gated = adapter.requires_approval(spec.params)
+    if spec.approval_timeout_seconds is not None and not (
+        1 <= spec.approval_timeout_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS
+    ):
+        raise InvalidInput(
+            f"approval_timeout_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
+        )
+    initial = S.WAITING_APPROVAL if gated else S.PENDING
 
     now = timezone.now()
     op = Operation(
@@ -135,14 +148,15 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         params_hash=digest,
         idempotency_key=key,
         executor=spec.executor,
-        status=S.PENDING,
+        status=initial,
+        approval_required=gated,
         max_attempts=spec.max_attempts or adapter.max_attempts,
         estimate=spec.estimate,
         signal=spec.signal,
         timeout_seconds=spec.timeout_seconds,
         deadline=task.deadline,
     )
-    if hotpath.enabled() and not hotpath.ledger_needed(task.budget):
+    if hotpath.enabled() and not gated and not hotpath.ledger_needed(task.budget):
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
         # (A task with a budget declines to the general path, whose guarded meter UPDATEs hold
         # the estimate in the same transaction.)
@@ -167,20 +181,30 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
                     type="operation.proposed",
                     state_version=op.state_version,
                     now=now,
-                    deltas=status_deltas(None, S.PENDING),
+                    deltas=status_deltas(None, initial),
                     operation_id=op.pk,
                     actor=actor.label,
                     data={
                         "tool": spec.tool,
                         "step": spec.step,
-                        "status": S.PENDING,
+                        "status": initial,
                         "kind": spec.kind,
                     },
                 )
                 _admit(row, now)
                 # Limits: hold the estimate in the attempt's ledger (no statement unbudgeted).
                 budget_reserve_txn(budget=task.budget, op=op, number=0, now=now)
-                if spec.executor == Operation.EXECUTOR_WORKER:
+                if gated:
+                    # Nothing reaches the outbox until a person releases it.
+                    approval_request_txn(
+                        op,
+                        task=task,
+                        actor=actor,
+                        adapter=adapter,
+                        timeout_seconds=spec.approval_timeout_seconds,
+                        now=now,
+                    )
+                elif spec.executor == Operation.EXECUTOR_WORKER:
                     outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             return op, True
         except IntegrityError:
@@ -216,7 +240,7 @@ def operation_key(task: Task, key: str) -> str:
 
 
 def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:
-    if existing.params_hash != digest:
+    if existing.params_hash != digest and first_proposal_hash(existing) != digest:
         raise IdempotencyKeyReused(
             "this idempotency key was used with different parameters",
             operation=existing.pk,
@@ -229,6 +253,19 @@ def operation_get(actor: Actor, operation_id: str) -> Operation:
     op = Operation.objects.filter(task_scope(actor, "task__"), pk=operation_id).first()
     if op is None:
         raise NotFound("no such operation")
+    return op
+
+
+def operation_get_for_agent(actor: Actor, operation_id: str, *, leased: bool = False) -> Operation:
+    """The operation, for the agent that runs it over the API (claim, heartbeat, complete).
+
+    NotFound when the actor may not see it; NotAuthorized unless the actor is the task's agent
+    (``policy.can_claim``). With ``leased``: StaleLease for a worker-run operation, whose lease
+    is only ever held by a worker, so no API call can heartbeat or complete it."""
+    op = operation_get(actor, operation_id)
+    can_claim(actor, op)
+    if leased and op.executor != Operation.EXECUTOR_AGENT:
+        raise StaleLease("this operation is run by the workers; no API claim holds its lease")
     return op
 
 

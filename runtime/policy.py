@@ -18,7 +18,11 @@ so a refusal never reveals that another agent's task exists.
 | create a child task | the parent's agent |
 | read a task's budget | whoever sees the task |
 | resolve an unresolved operation | support staff, admins (roles read fresh) |
-| approve or deny an action | operators, admins, never the requester |
+| approve or deny an action | the tool's approver role (operators), never requester nor editor |
+| edit a pending proposal | operators, admins |
+| renew, transform or end an expired wait or approval | admins |
+| send a signal to a task | its agent; for a task a user created, that user |
+| pause, resume, steer a task | its agent (or the user who created it), operators, admins |
 | use the console | a signed-in person with a console role |
 | manage API tokens | admins (roles read fresh) |
 """
@@ -33,7 +37,7 @@ from django.db.models import Q
 
 from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, user_roles
 from runtime.errors import NotAuthorized, NotFound
-from runtime.models import Operation, Task
+from runtime.models import Approval, Operation, Task
 
 
 def task_scope(actor: Actor, prefix: str = "") -> Q:
@@ -143,12 +147,41 @@ def can_resolve(actor: Actor) -> None:
         raise NotAuthorized("only support staff may resolve operations")
 
 
-def can_approve(actor: Actor, *, requested_by: str) -> None:
-    """For the approval gate: an operator (or admin) who is not the requester."""
+def can_decide_approval(actor: Actor, approval: Approval) -> None:
+    """For the release gate: a person holding, now, the role the tool's policy names, who is
+    neither the requester (nor the user it acts for) nor the editor of this proposal."""
+    now_actor = fresh(actor)
+    if now_actor.kind != "user" or not now_actor.has_role(approval.approver_role):
+        raise NotAuthorized(f"deciding needs the {approval.approver_role} role")
+    if now_actor.key in (approval.requester_key, approval.requested_for_key):
+        raise NotAuthorized("the requester may not approve its own request")
+    if approval.editor_key and now_actor.key == approval.editor_key:
+        raise NotAuthorized("the editor of a proposal may not approve it")
+
+
+def can_edit_approval(actor: Actor) -> None:
+    """Editing a pending proposal's parameters: operators (and admins)."""
     if not (actor.kind == "user" and fresh(actor).has_role(ROLE_OPERATOR)):
-        raise NotAuthorized("only operators may approve or deny actions")
-    if requested_by == actor.label:
-        raise NotAuthorized("the requester may not approve its own action")
+        raise NotAuthorized("editing a proposal needs the operator role")
+
+
+def can_manage_waits(actor: Actor) -> None:
+    """Renew, transform or end expired waits and expired approvals: admins."""
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+        raise NotAuthorized("expired waits are handled by admins")
+
+
+def can_signal(actor: Actor, task: Task) -> None:
+    """Signals address the task's own execution: its agent (or the user who created it)."""
+    if not _owns(actor, task):
+        raise NotAuthorized("only the task's agent may signal it")
+
+
+def can_control_task(actor: Actor, task: Task) -> None:
+    """Pause, resume, steer: the task's agent (or the user who created it), operators, admins."""
+    if _owns(actor, task) or (actor.kind == "user" and fresh(actor).has_role(ROLE_OPERATOR)):
+        return
+    raise NotAuthorized("pause, resume and steer need the task's agent, an operator or an admin")
 
 
 def can_manage_tokens(actor: Actor) -> None:

@@ -20,8 +20,8 @@ from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
-from runtime.models import Operation, RejectedObservation, Task
-from runtime.transitions import OPERATION, TASK, OperationStatus
+from runtime.models import Approval, Operation, RejectedObservation, Task
+from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus
 
 S = OperationStatus
 
@@ -188,3 +188,36 @@ def rejection_record(
                     data={"lease_generation": lease_generation, "reason": "stale report refused"},
                 )
     return rejected
+
+
+def approval_transition_txn(
+    approval: Approval,
+    target: str,
+    *,
+    now: datetime,
+    fields: dict[str, Any] | None = None,
+    extra_guard: dict[str, Any] | None = None,
+) -> str:
+    """Move ``approval`` from the status and version it was read with to ``target`` (the APPROVAL
+    table), guarded like operations; ``extra_guard`` adds predicates to the same UPDATE (the
+    release gate's validity and parameter hash). Raises TransitionRejected on zero rows. The
+    journal event is written by the caller, which knows the operation's side of the change.
+    Preconditions: inside a transaction."""
+    name = APPROVAL.check(approval.status, target)
+    values = dict(fields or {})
+    touched = Approval.objects.filter(
+        pk=approval.pk,
+        status=approval.status,
+        state_version=approval.state_version,
+        **(extra_guard or {}),
+    ).update(status=target, state_version=F("state_version") + 1, **values)
+    if touched != 1:
+        raise TransitionRejected(
+            f"approval {approval.pk} is no longer {approval.status} at version "
+            f"{approval.state_version}"
+        )
+    approval.status = target
+    approval.state_version += 1
+    for key, value in values.items():
+        setattr(approval, key, value)
+    return name

@@ -1,6 +1,6 @@
-"""The sweeper (Celery beat, every SWEEP_SECONDS): expired leases, stale outbox rows, and in
-embedded mode the broker's spent messages. The database says what is due; the broker is never
-the record."""
+"""The sweeper (its own process, `manage.py beat`, every SWEEP_SECONDS): expired leases, stale
+outbox rows, expired approvals, due timers and expired signal waits, and in embedded mode the
+broker's spent messages. The database says what is due; the broker is never the record."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from runtime.approvals import approval_expire_sweep
 from runtime.artifacts import artifact_reconcile, reconcile_due
 from runtime.children import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
+from runtime.waits import wait_sweep
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ def sweep_once() -> dict[str, int]:
         "leases_expired": lease_expire_sweep(now),
         "outbox_republished": outbox_sweep(now),
         "children": children_sweep(now),
+        "approvals_expired": approval_expire_sweep(now),
+        **wait_sweep(now),
         "broker_purged": embedded_broker_purge(),
     }
     if reconcile_due(now, _last_reconcile[-1] if _last_reconcile else None):

@@ -215,6 +215,8 @@ APPROVAL = Machine(
         Edge("renewed", A.EXPIRED, A.PENDING),
         Edge("released", A.APPROVED, A.RELEASED),
         Edge("expired", A.APPROVED, A.EXPIRED),
+        # An admin transforms an expired request into a denial instead of renewing it.
+        Edge("transformed", A.EXPIRED, A.DENIED),
     ),
 )
 

@@ -47,8 +47,8 @@ def execute_operation(operation_id: str, outbox_id: int | None = None) -> str:
     return operation_execute(operation_id)
 
 
-@shared_task(name="runtime.sweep", ignore_result=True)
-def sweep() -> dict[str, int]:
-    from runtime.sweeper import sweep_once
+@shared_task(name="runtime.wake_wait", ignore_result=True, acks_late=True)
+def wake_wait(operation_id: str) -> str:
+    from runtime.waits import wait_wake
 
-    return sweep_once()
+    return wait_wake(operation_id)

@@ -26,6 +26,28 @@
     setStatus(state);
   }
 
+  // What a person is in the middle of (a ticked checkbox, a half-typed reason, an open editor)
+  // survives a live refresh: controls marked data-keep keep their state by that key.
+  function replaceKeeping(el, html) {
+    var kept = {};
+    var focused = document.activeElement && el.contains(document.activeElement)
+      ? document.activeElement.getAttribute("data-keep") : null;
+    el.querySelectorAll("[data-keep]").forEach(function (c) {
+      var key = c.getAttribute("data-keep");
+      var details = c.closest("details");
+      kept[key] = { checked: c.checked, value: c.value, open: details ? details.open : null };
+    });
+    el.innerHTML = html;
+    el.querySelectorAll("[data-keep]").forEach(function (c) {
+      var state = kept[c.getAttribute("data-keep")];
+      if (!state) return;
+      if (c.type === "checkbox") c.checked = state.checked; else c.value = state.value;
+      var details = c.closest("details");
+      if (details && state.open) details.open = true;
+      if (focused && c.getAttribute("data-keep") === focused) c.focus();
+    });
+  }
+
   var REFRESH_GAP_MS = 300;
   var pending = {};
   function refresh(ids) {
@@ -42,7 +64,7 @@
           if (r.status === 403) { stop("refused"); return null; }
           return r.ok ? r.text() : null;
         })
-        .then(function (html) { if (html !== null) el.innerHTML = html; })
+        .then(function (html) { if (html !== null) replaceKeeping(el, html); })
         .catch(function () { /* unreachable server: reconnecting refetches */ })
         .finally(function () {
           // Events that came in meanwhile are folded into one more fetch, after a short gap:
@@ -99,6 +121,19 @@
     if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; r.textContent = e.data.reason; li.append(" ", r); }
     return li;
   }
+
+  // Time left on a request ticks down in place (the server renders the first value).
+  function tickTimeLeft() {
+    document.querySelectorAll("time.time-left[datetime]").forEach(function (t) {
+      var left = Math.floor((Date.parse(t.getAttribute("datetime")) - Date.now()) / 1000);
+      if (isNaN(left)) return;
+      if (left <= 0) { t.textContent = "expired"; return; }
+      t.textContent = left < 3600
+        ? Math.floor(left / 60) + "m " + String(left % 60).padStart(2, "0") + "s"
+        : Math.floor(left / 3600) + "h " + String(Math.floor(left % 3600 / 60)).padStart(2, "0") + "m";
+    });
+  }
+  setInterval(tickTimeLeft, 1000);
 
   window.Console = {
     followTask: function (taskId, lastSeq, timelineId, fragmentIds) {

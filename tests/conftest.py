@@ -201,15 +201,12 @@ class WorkerPool:
         return started
 
     def start_beat(self, **env: Any) -> Worker:
-        """Start ``celery beat``: the sweeper runs every SWEEP_SECONDS as in production."""
+        """Start beat (``manage.py beat``): the sweeper runs every SWEEP_SECONDS in its own
+        process, as in production."""
         log = self.tmp / f"beat-{len(self.workers) + 1}.log"
-        schedule = self.tmp / f"beat-schedule-{len(self.workers) + 1}"
         with log.open("wb") as fh:
             proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "celery", "-A", "console", "beat"),
-                    *("--loglevel", "INFO", "--schedule", str(schedule)),
-                ],
+                [sys.executable, "manage.py", "beat"],
                 cwd=ROOT,
                 env=service_env(**env),
                 stdout=fh,

@@ -14,7 +14,7 @@ from console.api.idempotency import idempotent
 from console.api.serializers import AttemptIn, Int, Text, attempt_out, budget_out, parse
 from console.api.views import ApiView, operation_body, task_body
 from runtime import attempts, cancellation, policy, resolutions, tasks
-from runtime.errors import NotFound, NotImplementedRoute
+from runtime.errors import NotFound
 
 
 class ReasonIn(serializers.Serializer):
@@ -117,15 +117,3 @@ class ReceiverEffects(ApiView):
         # Authorised through the operation that owns the key (404 for anyone else's key).
         policy.effects_visible(actor_of(request), key)
         return Response({"receiver": receiver, "key": key, "effects": effects_under(receiver, key)})
-
-
-class NotImplementedYet(ApiView):
-    """Routes of the contract (API.md) not built yet: 501 ``not_implemented``, never a 404, so a
-    client can tell a planned route from a wrong one."""
-
-    @extend_schema(exclude=True)  # not part of the served schema until built
-    def _refuse(self, request: Request, *args: object, **kwargs: object) -> Response:
-        actor_of(request)  # authentication first: anonymous callers still get 401
-        raise NotImplementedRoute(f"{request.method} {request.path} is not implemented yet")
-
-    get = post = _refuse

@@ -11,8 +11,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 from runtime import resolutions
-from runtime.models import Operation
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+from runtime.models import Operation, Signal, TaskCommand
+from runtime.transitions import (
+    ApprovalStatus,
+    Cancellation,
+    OperationStatus,
+    TaskCondition,
+    TaskOutcome,
+)
 
 # --- components -----------------------------------------------------------------------------
 
@@ -39,6 +45,11 @@ class AttemptSerializer(serializers.Serializer):
     number = serializers.IntegerField(min_value=1)
 
 
+class DirectionSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    version = serializers.IntegerField(min_value=1)
+
+
 class TaskSerializer(serializers.Serializer):
     id = serializers.CharField()
     name = serializers.CharField()
@@ -50,6 +61,9 @@ class TaskSerializer(serializers.Serializer):
     attempt = AttemptSerializer(allow_null=True)
     cancellation = serializers.ChoiceField(choices=Cancellation.ALL)
     paused = serializers.BooleanField()
+    direction = DirectionSerializer(
+        allow_null=True, help_text="The latest steer (POST /tasks/{id}/steer), or null."
+    )
     deadline = serializers.DateTimeField(allow_null=True)
     # (Named like the Serializer attribute; the metaclass takes it out of the class body.)
     parent = serializers.CharField(  # type: ignore[assignment]
@@ -66,6 +80,28 @@ class TaskSerializer(serializers.Serializer):
     )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+
+class ApprovalSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    operation = serializers.CharField()
+    task = serializers.CharField()
+    status = serializers.ChoiceField(choices=ApprovalStatus.ALL)
+    tool = serializers.CharField()
+    params_hash = serializers.CharField()
+    proposal_version = serializers.IntegerField(min_value=1)
+    params = serializers.DictField()
+    previous = serializers.CharField(allow_null=True, help_text="The proposal an edit replaced.")
+    scope = serializers.CharField()
+    approver_role = serializers.CharField()
+    requested_by = serializers.CharField()
+    edited_by = serializers.CharField(allow_null=True)
+    decided_by = serializers.CharField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+    expires_at = serializers.DateTimeField()
+    released_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
 
 
 class InvocationSerializer(serializers.Serializer):
@@ -102,7 +138,7 @@ class OperationSerializer(serializers.Serializer):
     state_version = serializers.IntegerField()
     result = serializers.JSONField(allow_null=True)
     error = serializers.DictField(allow_null=True)
-    approval = serializers.DictField(allow_null=True)
+    approval = ApprovalSerializer(allow_null=True)
     compensates = serializers.CharField(allow_null=True)
     invocations = InvocationSerializer(many=True)
     created_at = serializers.DateTimeField()
@@ -181,6 +217,70 @@ class HeartbeatSerializer(serializers.Serializer):
     cancel_requested = serializers.BooleanField()
 
 
+class ApprovalListSerializer(serializers.Serializer):
+    results = ApprovalSerializer(many=True)
+
+
+class BulkErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class BulkResultSerializer(serializers.Serializer):
+    approval = serializers.CharField()
+    status = serializers.IntegerField(help_text="The HTTP status this item alone would get.")
+    approval_status = serializers.ChoiceField(choices=ApprovalStatus.ALL, required=False)
+    error = BulkErrorSerializer(required=False)
+
+
+class BulkResultsSerializer(serializers.Serializer):
+    results = BulkResultSerializer(many=True)
+
+
+class SignalSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    event_id = serializers.CharField()
+    name = serializers.CharField()
+    payload = serializers.DictField()
+    disposition = serializers.ChoiceField(choices=Signal.DISPOSITIONS)
+    operation = serializers.CharField(allow_null=True)
+    received_at = serializers.DateTimeField()
+    consumed_at = serializers.DateTimeField(allow_null=True)
+    sent_by = serializers.CharField()
+
+
+class SignalListSerializer(serializers.Serializer):
+    results = SignalSerializer(many=True)
+
+
+class SignalAnswerSerializer(serializers.Serializer):
+    disposition = serializers.ChoiceField(choices=Signal.DISPOSITIONS)
+    signal = serializers.CharField()
+    original_disposition = serializers.ChoiceField(
+        choices=Signal.DISPOSITIONS,
+        required=False,
+        help_text="For a duplicate: the disposition the first copy got.",
+    )
+
+
+class CommandSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["pause", "resume", "steer"])
+    disposition = serializers.ChoiceField(
+        choices=[TaskCommand.APPLIED, TaskCommand.NO_CHANGE, TaskCommand.REFUSED]
+    )
+    detail = serializers.CharField()
+    payload = serializers.DictField()
+    actor = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class TaskCommandSerializer(TaskSerializer):
+    """The task after a pause, resume or steer, with the command's id and disposition."""
+
+    command = CommandSerializer()
+
+
 class EffectsSerializer(serializers.Serializer):
     receiver = serializers.CharField()
     key = serializers.CharField()
@@ -257,6 +357,21 @@ OPERATION_FILTERS = [
     limit(50, 200),
 ]
 RESOLUTIONS = list(resolutions.RESOLUTIONS)
+_ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+APPROVAL_FILTERS = [
+    OpenApiParameter("status", str, enum=list(ApprovalStatus.ALL)),
+    OpenApiParameter("tool", {"type": "string", "maxLength": 200}),
+    OpenApiParameter("task", _ID),
+    limit(100, 500),
+]
+WAIT_FILTERS = [
+    OpenApiParameter(
+        "status",
+        {"type": "string", "enum": ["expired"], "default": "expired"},
+        description="Only expired waits are listed.",
+    ),
+    limit(100, 500),
+]
 
 
 # --- outcomes (artifacts, checks, provenance) ----------------------------------------------

@@ -8,9 +8,19 @@ from typing import Any
 
 from rest_framework import serializers
 
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.budgets import MeterView
 from runtime.errors import InvalidInput
-from runtime.models import Attempt, Event, Invocation, Operation, Task
+from runtime.models import (
+    Approval,
+    Attempt,
+    Event,
+    Invocation,
+    Operation,
+    Signal,
+    Task,
+    TaskCommand,
+)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -111,7 +121,9 @@ class OperationIn(serializers.Serializer):
     max_attempts = Int(required=False, allow_null=True, min_value=1)
     signal = Text(max_length=200, required=False, default="", allow_blank=True)
     timeout_seconds = Int(required=False, allow_null=True, min_value=1)
-    approval_timeout_seconds = Int(required=False, allow_null=True, min_value=1)
+    approval_timeout_seconds = Int(
+        required=False, allow_null=True, min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS
+    )
 
 
 class HeartbeatIn(serializers.Serializer):
@@ -139,9 +151,7 @@ class CompleteIn(serializers.Serializer):
 
 # Fields of the contract (API.md) that nothing honours yet: refused by name, never accepted
 # and dropped. A feature that starts honouring a field removes it here.
-NOT_SUPPORTED_YET: dict[str, tuple[str, ...]] = {
-    "OperationIn": ("approval_timeout_seconds",),
-}
+NOT_SUPPORTED_YET: dict[str, tuple[str, ...]] = {}
 
 
 def parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -188,6 +198,9 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         "attempt": {"id": attempt.pk, "number": attempt.number} if attempt else None,
         "cancellation": task.cancellation,
         "paused": task.paused,
+        "direction": {"text": task.direction, "version": task.direction_version}
+        if task.direction_version
+        else None,
         "deadline": iso(task.deadline),
         "parent": task.parent_id,
         "budget": task.budget or None,
@@ -242,6 +255,56 @@ def operation_out(
         "invocations": [invocation_out(i) for i in invocations],
         "created_at": iso(op.created_at),
         "updated_at": iso(op.updated_at),
+    }
+
+
+def approval_out(a: Approval) -> dict[str, Any]:
+    return {
+        "id": a.pk,
+        "operation": a.operation_id,
+        "task": a.task_id,
+        "status": a.status,
+        "tool": a.tool,
+        "params_hash": a.params_hash,
+        "proposal_version": a.proposal_version,
+        "params": a.params,
+        "previous": a.previous_id,
+        "scope": a.scope,
+        "approver_role": a.approver_role,
+        "requested_by": a.requested_by,
+        "edited_by": a.edited_by or None,
+        "decided_by": a.decided_by or None,
+        "decided_at": iso(a.decided_at),
+        "reason": a.reason or None,
+        "expires_at": iso(a.expires_at),
+        "released_at": iso(a.released_at),
+        "created_at": iso(a.created_at),
+    }
+
+
+def signal_out(sig: Signal) -> dict[str, Any]:
+    return {
+        "id": sig.pk,
+        "event_id": sig.event_id,
+        "name": sig.name,
+        "payload": sig.payload,
+        "disposition": sig.disposition,
+        "operation": sig.operation_id,
+        "received_at": iso(sig.received_at),
+        "consumed_at": iso(sig.consumed_at),
+        "sent_by": sig.sent_by,
+    }
+
+
+def command_out(cmd: TaskCommand) -> dict[str, Any]:
+    return {
+        "id": cmd.pk,
+        "kind": cmd.kind,
+        "disposition": cmd.disposition,
+        "detail": cmd.detail,
+        "payload": cmd.payload,
+        "actor": cmd.actor,
+        "at": iso(cmd.at),
     }
 
 

@@ -1,7 +1,7 @@
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.api import control, outcomes, views
+from console.api import control, humans, outcomes, views
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
@@ -55,23 +55,38 @@ urlpatterns = [
         outcomes.ArtifactProvenance.as_view(),
         name="api-artifact-provenance",
     ),
-    # Planned routes of the contract: 501 until built (each feature replaces its line).
-    *[
-        path(route, control.NotImplementedYet.as_view(), name=f"api-planned-{n}")
-        for n, route in enumerate(
-            (
-                "tasks/<id:task_id>/signals",
-                "tasks/<id:task_id>/pause",
-                "tasks/<id:task_id>/resume",
-                "tasks/<id:task_id>/steer",
-                "approvals",
-                "approvals/decisions",
-                "approvals/<id:approval_id>/decision",
-                "approvals/<id:approval_id>/renew",
-                "approvals/<id:approval_id>/edit",
-            )
-        )
-    ],
+    path("approvals", humans.ApprovalCollection.as_view(), name="api-approvals"),
+    path(
+        "approvals/decisions",
+        humans.ApprovalBulkDecisions.as_view(),
+        name="api-approval-decisions",
+    ),
+    path("approvals/<id:approval_id>", humans.ApprovalDetail.as_view(), name="api-approval"),
+    path(
+        "approvals/<id:approval_id>/decision",
+        humans.ApprovalDecision.as_view(),
+        name="api-approval-decision",
+    ),
+    path(
+        "approvals/<id:approval_id>/edit", humans.ApprovalEdit.as_view(), name="api-approval-edit"
+    ),
+    path(
+        "approvals/<id:approval_id>/renew",
+        humans.ApprovalRenew.as_view(),
+        name="api-approval-renew",
+    ),
+    path("tasks/<id:task_id>/signals", humans.TaskSignals.as_view(), name="api-task-signals"),
+    path("tasks/<id:task_id>/pause", humans.TaskPause.as_view(), name="api-task-pause"),
+    path("tasks/<id:task_id>/resume", humans.TaskResume.as_view(), name="api-task-resume"),
+    path("tasks/<id:task_id>/steer", humans.TaskSteer.as_view(), name="api-task-steer"),
+    path("waits", humans.WaitCollection.as_view(), name="api-waits"),
+    path("waits/<id:operation_id>/renew", humans.WaitRenew.as_view(), name="api-wait-renew"),
+    path(
+        "waits/<id:operation_id>/transform",
+        humans.WaitTransform.as_view(),
+        name="api-wait-transform",
+    ),
+    path("waits/<id:operation_id>/end", humans.WaitEnd.as_view(), name="api-wait-end"),
     path(
         "demo/receivers/<id:receiver>/effects",
         control.ReceiverEffects.as_view(),

@@ -23,8 +23,9 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import leases, operations, policy, tasks
-from runtime.errors import InvalidInput, StaleLease
+from runtime import leases, operations, tasks
+from runtime.approval_selectors import approvals_current
+from runtime.errors import InvalidInput
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
 from runtime.tokens import token_is_live
@@ -45,7 +46,15 @@ def operation_body(op: Operation) -> dict[str, Any]:
 
 def operation_bodies(page: list[Operation]) -> list[dict[str, Any]]:
     invocations = operations.invocations_by_operation([op.pk for op in page])
-    return [s.operation_out(op, invocations[op.pk]) for op in page]
+    approvals = approvals_current([op for op in page if op.approval_required])
+    return [
+        s.operation_out(
+            op,
+            invocations[op.pk],
+            s.approval_out(approvals[op.pk]) if op.pk in approvals else None,
+        )
+        for op in page
+    ]
 
 
 class ApiView(APIView):
@@ -197,6 +206,7 @@ class TaskOperations(ApiView):
                 max_attempts=data.get("max_attempts"),
                 signal=data.get("signal") or "",
                 timeout_seconds=data.get("timeout_seconds"),
+                approval_timeout_seconds=data.get("approval_timeout_seconds"),
             ),
         )
         return Response(operation_body(op), status=201 if created else 200)
@@ -236,20 +246,6 @@ class OperationDetail(ApiView):
         return Response(operation_body(operations.operation_get(actor_of(request), operation_id)))
 
 
-def _agent_operation(request: Request, operation_id: str) -> Operation:
-    actor = actor_of(request)
-    op = operations.operation_get(actor, operation_id)
-    policy.can_claim(actor, op)
-    return op
-
-
-def _leased_by_agent(op: Operation) -> None:
-    """Worker-run operations are heartbeated and completed by their workers only: no lease of
-    theirs is ever held over the API."""
-    if op.executor != Operation.EXECUTOR_AGENT:
-        raise StaleLease("this operation is run by the workers; no API claim holds its lease")
-
-
 class OperationClaim(ApiView):
     @extend_schema(
         operation_id="v1_operations_claim",
@@ -259,7 +255,7 @@ class OperationClaim(ApiView):
     )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
-        _agent_operation(request, operation_id)
+        operations.operation_get_for_agent(actor_of(request), operation_id)
         execution = execution_for_agent(actor_of(request).name)
         lease = leases.agent_claim(operation_id, execution.pk, actor=actor_of(request).label)
         return Response(
@@ -294,7 +290,7 @@ class OperationHeartbeat(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.HeartbeatIn, request.data)
-        _leased_by_agent(_agent_operation(request, operation_id))
+        operations.operation_get_for_agent(actor_of(request), operation_id, leased=True)
         expires, cancel = leases.lease_heartbeat(
             operation_id, data["lease_generation"], data["lease_token"]
         )
@@ -311,8 +307,7 @@ class OperationComplete(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.CompleteIn, request.data)
-        op = _agent_operation(request, operation_id)
-        _leased_by_agent(op)
+        op = operations.operation_get_for_agent(actor_of(request), operation_id, leased=True)
         error = data.get("error") or {}
         if data["outcome"] == "failed" and not error:
             raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")

@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.web import auth, outcomes, support, tokens, views
+from console.web import auth, humans, outcomes, support, tokens, views
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(), name="login"),
@@ -24,4 +24,13 @@ urlpatterns = [
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
     path("unresolved/<id:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
+    path("approvals/", humans.approvals_page, name="approvals"),
+    path("fragments/approvals", humans.approvals_fragment, name="approvals-fragment"),
+    path("approvals/bulk", humans.approvals_bulk, name="approvals-bulk"),
+    path("approvals/<id:approval_id>/decide", humans.approval_decide, name="approval-decide"),
+    path("approvals/<id:approval_id>/edit", humans.approval_edit, name="approval-edit"),
+    path("waits/", humans.waits_page, name="waits"),
+    path("fragments/waits", humans.waits_fragment, name="waits-fragment"),
+    path("waits/<id:operation_id>/act", humans.wait_action, name="wait-action"),
+    path("tasks/<id:task_id>/control", humans.task_control, name="task-control"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -27,9 +28,13 @@ from console.middleware import is_api, refusal
 from runtime import attempts, budgets, cancellation, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor, actor_for_user
+from runtime.approval_selectors import approvals_of_task, pending_approval_count
+from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
+from runtime.signals import signals_of_task
 from runtime.transitions import TaskCondition, TaskOutcome
+from runtime.waits import expired_wait_count, waits_of_task
 
 View = Callable[..., HttpResponse]
 
@@ -109,6 +114,11 @@ def _dashboard_context(actor: Actor) -> dict[str, Any]:
         "recent": tasks.task_list(actor, limit=10),
         "near_limit": _near_limit(actor),
         "feed_head": journal.feed_head(),
+        "needs": {
+            "approvals": pending_approval_count(),
+            "waits": expired_wait_count(),
+            "unresolved": Operation.objects.filter(status="unresolved").count(),
+        },
     }
 
 
@@ -224,6 +234,34 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
             for op in ops
         ],
         "rejections": [{"r": r, "detail": json_text(r.detail)} for r in rejections],
+        **_task_people_context(actor, task),
+    }
+
+
+def time_left(until: datetime | None, now: datetime) -> str:
+    if until is None:
+        return ""
+    seconds = int((until - now).total_seconds())
+    if seconds <= 0:
+        return "expired"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+
+
+def _task_people_context(actor: Actor, task: Any) -> dict[str, Any]:
+    """The task page's human side: approvals with their history, waits, signals with their
+    dispositions, control commands, and whether this person may pause, resume and steer."""
+    now = timezone.now()
+    return {
+        "approvals": [{"a": a, "params": json_text(a.params)} for a in approvals_of_task(task.pk)],
+        "waits": [
+            {**w, "left": time_left(w["until"], now) if w["op"].status == "waiting" else ""}
+            for w in waits_of_task(task.pk)
+        ],
+        "signals": [{"s": s, "payload": json_text(s.payload)} for s in signals_of_task(task.pk)],
+        "commands": commands_of_task(task.pk),
+        "can_control": policy.allowed(policy.can_control_task, actor, task),
     }
 
 

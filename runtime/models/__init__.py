@@ -1,6 +1,13 @@
-from runtime.models.artifacts import Artifact, ArtifactStatus, CheckResult, RequiredCheck
+from runtime.models.artifacts import (
+    Artifact,
+    ArtifactStatus,
+    CheckResult,
+    ContentKey,
+    RequiredCheck,
+)
 from runtime.models.budgets import BudgetHold, BudgetMeter, ToolSlot, UsageRecord
 from runtime.models.events import Event
+from runtime.models.humans import Approval, Signal, TaskCommand
 from runtime.models.operations import (
     Execution,
     Invocation,
@@ -16,6 +23,7 @@ from runtime.models.tasks import Attempt, Task, TaskCount
 __all__ = [
     "Agent",
     "ApiToken",
+    "Approval",
     "Artifact",
     "ArtifactStatus",
     "Attempt",
@@ -23,6 +31,7 @@ __all__ = [
     "BudgetHold",
     "BudgetMeter",
     "CheckResult",
+    "ContentKey",
     "Event",
     "Execution",
     "IdempotentRequest",
@@ -33,7 +42,9 @@ __all__ = [
     "RejectedObservation",
     "RequiredCheck",
     "Resolution",
+    "Signal",
     "Task",
+    "TaskCommand",
     "TaskCount",
     "ToolSlot",
     "UsageRecord",

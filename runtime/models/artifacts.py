@@ -83,6 +83,17 @@ class Artifact(models.Model):
         return f"{self.id} {self.name} {self.status}"
 
 
+class ContentKey(models.Model):
+    """One row per content address that an upload or the reconciler is working on: the lock that
+    serialises "an upload records that it needs these bytes" against "the reconciler decides
+    nobody needs them". ``deleting_since`` is set (and committed) before the reconciler deletes
+    the bytes, so an upload that comes later waits for the deletion instead of being told its
+    bytes are stored while they are being removed."""
+
+    key = models.CharField(primary_key=True, max_length=200)
+    deleting_since = models.DateTimeField(null=True, blank=True)
+
+
 class RequiredCheck(models.Model):
     """A check a task promised at creation: success needs it passed on the current artifacts."""
 

@@ -62,6 +62,11 @@ class Operation(models.Model):
     estimate = models.JSONField(default=dict, blank=True)
     signal = models.CharField(max_length=200, blank=True, default="")
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Durable waits: when a timer fires, or when a signal wait expires (the sweeper's index).
+    wait_until = models.DateTimeField(null=True, blank=True)
+    # Set at proposal by the tool's policy: no claim runs it without an approval of its
+    # current parameter hash.
+    approval_required = models.BooleanField(default=False)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")
@@ -91,6 +96,7 @@ class Operation(models.Model):
             models.Index(fields=["status", "updated_at"], name="op_status_updated"),
             models.Index(fields=["status", "lease_expires_at"], name="op_status_lease"),
             models.Index(fields=["status", "next_attempt_at"], name="op_status_next"),
+            models.Index(fields=["status", "wait_until"], name="op_status_wait"),
         ]
 
     def __str__(self) -> str:

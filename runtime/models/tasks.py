@@ -51,6 +51,9 @@ class Task(models.Model):
         max_length=16, choices=[(c, c) for c in Cancellation.ALL], default=Cancellation.NONE
     )
     paused = models.BooleanField(default=False)
+    # Steering: the latest direction a person (or the agent) gave, versioned for agents to read.
+    direction = models.TextField(blank=True, default="")
+    direction_version = models.PositiveIntegerField(default=0)
     # Sagas: on which endings ("failed", "cancelled") completed compensable effects are undone,
     # in reverse order of completion.
     compensate_on = models.JSONField(default=list, blank=True)

@@ -85,6 +85,11 @@ class ToolAdapter:
     def requires_approval(self, params: dict[str, Any]) -> bool:
         return False
 
+    # Approval policy: who may release this tool's gated calls, and how long a request waits
+    # for a decision unless the operation says otherwise (approval_timeout_seconds).
+    approver_role: str = "operator"
+    approval_timeout_seconds: int = 3600
+
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         raise NotImplementedError
 

@@ -20,21 +20,26 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.db.models import Sum
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from console.web.routing import websocket_urlpatterns
 from runtime.models import (
     ApiToken,
+    Approval,
     Attempt,
     AuditRecord,
     Event,
     Invocation,
     Operation,
     Resolution,
+    Signal,
     Task,
+    TaskCommand,
 )
 from runtime.sandbox import receivers
 from runtime.tokens import token_issue_for_agent
+from runtime.waits import wait_sweep
 from tests import factories
 
 pytestmark = [pytest.mark.postgres]
@@ -92,16 +97,32 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     # by whoever sees the task.
     ("POST", "api/v1/tasks/<id:task_id>/attempts"): (401, 201, 404, 403, 403, 201, 403, 403, 201),
     ("GET", "api/v1/tasks/<id:task_id>/budget"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
-    # Planned routes of the contract: 501 until built; the branch that builds one replaces its row.
-    ("POST", "api/v1/tasks/<id:task_id>/signals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/tasks/<id:task_id>/pause"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/tasks/<id:task_id>/resume"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/tasks/<id:task_id>/steer"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("GET", "api/v1/approvals"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/approvals/decisions"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/approvals/<id:approval_id>/decision"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/approvals/<id:approval_id>/renew"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
-    ("POST", "api/v1/approvals/<id:approval_id>/edit"): (401, 501, 501, 501, 501, 501, 501, 501, 501),
+    # People in the loop (issue 10). The approval is a pending one the owner's agent requested
+    # (a gated charge); the wait routes act on an expired signal wait of the owner's task.
+    ("GET", "api/v1/approvals"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/approvals/decisions"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "api/v1/approvals/<id:approval_id>"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/approvals/<id:approval_id>/decision"): (401, 403, 404, 200, 403, 200, 200, 403, 200),
+    ("POST", "api/v1/approvals/<id:approval_id>/edit"): (401, 403, 404, 201, 403, 201, 201, 403, 201),
+    ("POST", "api/v1/approvals/<id:approval_id>/renew"): (401, 403, 404, 403, 403, 409, 403, 403, 409),
+    ("GET", "api/v1/tasks/<id:task_id>/signals"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/tasks/<id:task_id>/signals"): (401, 202, 404, 403, 403, 403, 403, 403, 403),
+    ("POST", "api/v1/tasks/<id:task_id>/pause"): (401, 202, 404, 202, 403, 202, 202, 403, 202),
+    ("POST", "api/v1/tasks/<id:task_id>/resume"): (401, 202, 404, 202, 403, 202, 202, 403, 202),
+    ("POST", "api/v1/tasks/<id:task_id>/steer"): (401, 202, 404, 202, 403, 202, 202, 403, 202),
+    ("GET", "api/v1/waits"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/waits/<id:operation_id>/renew"): (401, 403, 404, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/waits/<id:operation_id>/transform"): (401, 403, 404, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/waits/<id:operation_id>/end"): (401, 403, 404, 403, 403, 202, 403, 403, 202),
+    ("GET", "approvals/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "fragments/approvals"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "approvals/bulk"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "approvals/<id:approval_id>/decide"): (LOGIN, LOGIN, LOGIN, 302, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "approvals/<id:approval_id>/edit"): (LOGIN, LOGIN, LOGIN, 302, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "waits/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "fragments/waits"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "waits/<id:operation_id>/act"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "tasks/<id:task_id>/control"): (LOGIN, LOGIN, LOGIN, 302, 403, 302, LOGIN, LOGIN, LOGIN),
     ("GET", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "logout/"): (302, 302, 302, 302, 302, 302, 302, 302, 302),
@@ -149,6 +170,29 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "resolution": "no_effect",
         "evidence": "matrix",
     },
+    ("POST", "api/v1/approvals/<id:approval_id>/decision"): {
+        "decision": "deny",
+        "reason": "matrix",
+    },
+    ("POST", "api/v1/approvals/<id:approval_id>/edit"): {
+        "params": {"account": "a", "amount_cents": 30000},
+        "reason": "matrix",
+    },
+    ("POST", "api/v1/approvals/<id:approval_id>/renew"): {"expires_in_seconds": 60},
+    ("POST", "api/v1/tasks/<id:task_id>/signals"): {"event_id": "matrix-1", "name": "go"},
+    ("POST", "api/v1/tasks/<id:task_id>/pause"): {"reason": "matrix"},
+    ("POST", "api/v1/tasks/<id:task_id>/resume"): {"reason": "matrix"},
+    ("POST", "api/v1/tasks/<id:task_id>/steer"): {"direction": "matrix"},
+    ("POST", "api/v1/waits/<id:operation_id>/renew"): {"expires_in_seconds": 60},
+    ("POST", "api/v1/waits/<id:operation_id>/transform"): {"reason": "matrix"},
+    ("POST", "api/v1/waits/<id:operation_id>/end"): {"reason": "matrix"},
+    ("POST", "approvals/<id:approval_id>/decide"): {"decision": "deny", "reason": "matrix"},
+    ("POST", "approvals/<id:approval_id>/edit"): {
+        "params": '{"account": "a", "amount_cents": 30000}',
+        "reason": "matrix",
+    },
+    ("POST", "waits/<id:operation_id>/act"): {"action": "renew", "expires_in_seconds": "60"},
+    ("POST", "tasks/<id:task_id>/control"): {"action": "pause", "reason": "matrix"},
 }
 # Routes whose operation is the unresolved one (the others act on the agent-run one).
 ON_UNRESOLVED = {"resolve"}
@@ -185,6 +229,8 @@ class World:
     task: Task
     agent_op: Operation
     unresolved_op: Operation
+    approval: Approval
+    expired_wait: Operation
     effect_key: str
     token_id: str
 
@@ -207,6 +253,16 @@ def world(settings) -> World:
         params={"account": "a", "amount_cents": 5},
     )  # fmt: skip
     receivers.payments_charge(key=charge.idempotency_key, body=charge.params, fencing_token=1)
+    gated = factories.operation(
+        owner, task, step="pay big", tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 25000},
+    )  # fmt: skip
+    expired_wait = factories.operation(
+        owner, task, step="await go", kind="wait_signal", tool="", signal="go", timeout_seconds=60
+    )
+    Operation.objects.filter(pk=expired_wait.pk).update(wait_until=timezone.now())
+    assert wait_sweep()["waits_expired"] == 1
+    expired_wait.refresh_from_db()
     return World(
         principals={
             "anonymous": None,
@@ -218,6 +274,8 @@ def world(settings) -> World:
         task=task,
         agent_op=agent_op,
         unresolved_op=unresolved_op,
+        approval=gated.approvals.get(),
+        expired_wait=expired_wait,
         effect_key=charge.idempotency_key,
         token_id=token_issue_for_agent("matrix-victim").token.pk,
     )
@@ -237,17 +295,26 @@ def _snapshot() -> tuple[Any, ...]:
         ApiToken.objects.filter(revoked_at__isnull=False).count(),
         ApiToken.objects.count(),
         Attempt.objects.count(),
+        Approval.objects.count(),
+        Approval.objects.aggregate(v=Sum("state_version"))["v"],
+        Signal.objects.count(),
+        TaskCommand.objects.count(),
     )
 
 
 def _path(route: str, w: World) -> str:
-    op = w.unresolved_op if route.rsplit("/", 1)[-1] in ON_UNRESOLVED else w.agent_op
+    if route.startswith(("api/v1/waits/", "waits/")):
+        op = w.expired_wait
+    elif route.rsplit("/", 1)[-1] in ON_UNRESOLVED:
+        op = w.unresolved_op
+    else:
+        op = w.agent_op
     values = {
         "task_id": w.task.pk,
         "operation_id": op.pk,
         "receiver": "payments",
         "token_id": w.token_id,
-        "approval_id": "apr_matrix",
+        "approval_id": w.approval.pk,
         "artifact_id": "art_matrix",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
@@ -286,6 +353,11 @@ def test_http_cell(world, method, route, principal, expected):
     body = dict(BODIES.get((method, route), {}))
     if "resolve" in route:
         body["state_version"] = world.unresolved_op.state_version
+    if route == "api/v1/approvals/decisions":
+        item = {"approval": world.approval.pk, "decision": "deny", "reason": "matrix"}
+        body = {"decisions": [item]}
+    if route == "approvals/bulk":
+        body = {"decision": "deny", "reason": "matrix", "selected": world.approval.pk + "|"}
     before = _snapshot()
     if method == "GET":
         params = {"key": world.effect_key} if "effects" in route else {}

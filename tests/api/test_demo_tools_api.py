@@ -77,17 +77,3 @@ def test_an_unknown_fault_knob_is_refused():
         format="json",
     )
     assert response.status_code == 400
-
-
-def test_waits_are_refused_until_durable_waits_exist():
-    owner = factories.agent()
-    task = factories.task(owner)
-    for kind in ("wait_signal", "timer"):
-        response = owner.client().post(
-            f"/api/v1/tasks/{task.pk}/operations",
-            {"kind": kind, "step": f"wait-{kind}", "signal": "go", "timeout_seconds": 60},
-            format="json",
-        )
-        assert response.status_code == 400
-        assert response.json()["error"]["code"] == "unsupported_kind"
-    assert not task.operations.exists()

@@ -78,8 +78,8 @@ def _aim(case, world: dict[str, str]) -> None:
             params[name] = world[name]
     if case.operation.path.endswith("/resolve"):
         params["operation_id"] = world["unresolved_id"]
-    if case.operation.path.endswith(("/cancel", "/fail")):
-        # Stopping the shared task would turn every later proposal into a 409.
+    if case.operation.path.endswith(("/cancel", "/fail", "/pause")):
+        # Stopping (or pausing) the shared task would turn every later proposal into a 409.
         params["task_id"] = world["stop_task_id"]
     if isinstance(case.body, dict) and "tool" in case.body:
         case.body["tool"] = "demo.echo"

@@ -373,3 +373,81 @@ def test_reconciliation_keeps_recent_orphans_within_retention(fs_artifacts, sett
     assert artifacts.artifact_reconcile()["deleted"] == 1
     keys = {k for k, _ in store.content_listing()}
     assert keys == {young}
+
+
+# --- the reconciler against an upload of the same bytes -------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_upload_of_bytes_being_reclaimed_waits_and_stores_them_anew(fs_artifacts, settings):
+    """The reconciler decided the bytes are orphaned and is about to delete them when an upload
+    of the same bytes arrives. The upload must not be told "stored" on bytes that vanish a moment
+    later: it waits for the deletion, then writes them again."""
+    from tests.concurrency import gate_at, in_thread
+
+    settings.ARTIFACT_RETENTION_SECONDS = 3600
+    data = b"the same bytes, uploaded again"
+    key = _orphan(data)
+    alice = factories.agent()
+    task = factories.task(alice)
+    waiting = threading.Event()
+    later = timezone.now() + timedelta(seconds=7200)
+    with (
+        gate_at("reconcile.before_delete", "reconciler") as gate,
+        crash_point_installed("artifact.awaiting_deletion", waiting.set),
+    ):
+        _, reconciled = in_thread(lambda: artifacts.artifact_reconcile(later), "reconciler")
+        wait_for(gate.reached.is_set, what="the reconciler to decide to delete")
+        _, uploaded = in_thread(lambda: upload(alice, task, data), "uploader")
+        wait_for(waiting.is_set, what="the upload to wait for the deletion")
+        assert Artifact.objects.get(task=task).status == "staged"
+        gate.release()
+        assert reconciled.result(timeout=30)["deleted"] == 1
+        artifact = uploaded.result(timeout=30)
+    assert artifact.status == "stored"
+    assert artifact.storage_key == key
+    assert read_back(artifact) == data
+    assert not artifacts.ContentKey.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deletion_left_unfinished_holds_uploads_until_the_reconciler_finishes_it(
+    fs_artifacts, settings
+):
+    settings.ARTIFACT_DELETION_WAIT_SECONDS = 0
+    settings.ARTIFACT_DELETION_STALE_SECONDS = 60
+    data = b"a reconciler died between its decision and the deletion"
+    key = _orphan(data)
+    artifacts.ContentKey.objects.create(key=key, deleting_since=timezone.now())
+    alice = factories.agent()
+    task = factories.task(alice)
+
+    with pytest.raises(StorageUnavailable):
+        upload(alice, task, data, name="early.bin")
+    assert Artifact.objects.get(task=task, name="early.bin").status == "failed"
+
+    later = timezone.now() + timedelta(seconds=120)
+    artifacts.artifact_reconcile(later)
+    assert key not in {k for k, _ in store.content_listing()}
+    artifact = upload(alice, task, data, name="again.bin")
+    assert artifact.status == "stored"
+    assert read_back(artifact) == data
+
+
+@pytest.mark.django_db(transaction=True)
+def test_artifact_stage_events_carry_the_tasks_version(fs_artifacts):
+    from runtime.models import Event
+
+    alice = factories.agent()
+    task = factories.task(alice)
+    artifact = upload(alice, task, b"versioned", name="v.txt", media_type="text/plain")
+    artifacts.artifact_accept(alice.actor, artifact.pk, expected_state_version=version(task))
+    stages = dict(
+        Event.objects.filter(task=task, type__startswith="artifact.").values_list(
+            "type", "state_version"
+        )
+    )
+    before = stages["artifact.staged"]
+    assert before >= 1 and stages["artifact.stored"] == before
+    assert stages["artifact.accepted"] == before + 1 == version(task)

@@ -347,3 +347,132 @@ def test_with_the_hot_path_on_a_redispatch_after_a_lost_call_holds_again(setting
     second = operation_claim(op.pk, execution_id=execution_for_agent("w2").pk)
     assert isinstance(second, Lease)
     assert _meter(task.pk) == (40, 0, 40)
+
+
+# --- humans in the loop on the hot path ------------------------------------------------------
+# The one-statement proposal and claim must carry every check the general path makes, or decline
+# to it: a gated proposal is created ``waiting_approval`` with nothing announced, and the claim
+# statement never takes work that waits for an approval or belongs to a paused task.
+
+BIG_CHARGE = {"account": "acct-hot", "amount_cents": 25000}
+
+
+def _claim_statement(op: Operation, execution: str) -> Operation | None:
+    """The hot path's claim statement alone, in its own transaction (what operation_claim tries
+    first)."""
+    from datetime import timedelta
+
+    from django.db import transaction
+
+    now = timezone.now()
+    with transaction.atomic():
+        return hotpath.claim_txn(
+            op.pk,
+            execution_id=execution,
+            executor=op.executor,
+            expires=now + timedelta(seconds=30),
+            token_digest="digest",
+            supported=[f"{op.tool}:{op.tool_version}"],
+            actor=f"execution:{execution}",
+            now=now,
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proposal_that_needs_approval_is_waiting_approval_with_nothing_announced(settings):
+    settings.HOTPATH = True
+    assert hotpath.enabled()
+    owner = factories.agent()
+    task = factories.task(owner)
+    op, created = operation_propose(
+        owner.actor,
+        task.pk,
+        OperationSpec(tool="demo.payments.charge", step="pay", params=BIG_CHARGE),
+    )
+    assert created
+    op.refresh_from_db()
+    assert (op.status, op.approval_required) == (S.WAITING_APPROVAL, True)
+    assert op.approvals.get().status == "pending"
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    proposed = Event.objects.get(operation=op, type="operation.proposed")
+    assert proposed.data["status"] == S.WAITING_APPROVAL
+    assert Event.objects.filter(operation=op, type="approval.requested").count() == 1
+    task.refresh_from_db()
+    assert (task.ops_claimable, task.ops_blocked, task.condition) == (0, 1, "waiting")
+    # The same proposal again (an agent's retry) returns it, still gated, still unannounced.
+    again, created = operation_propose(
+        owner.actor,
+        task.pk,
+        OperationSpec(tool="demo.payments.charge", step="pay", params=BIG_CHARGE),
+    )
+    assert (again.pk, created) == (op.pk, False)
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_statement_never_takes_work_that_waits_for_an_approval(settings):
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(
+        owner, task, step="pay", tool="demo.payments.charge", params=BIG_CHARGE
+    )
+    # As if the operation had become claimable with no decision (never through the API).
+    Operation.objects.filter(pk=op.pk).update(status=S.PENDING)
+    execution = execution_for_agent("w").pk
+    assert _claim_statement(op, execution) is None  # the statement declines, writing nothing
+    op.refresh_from_db()
+    assert (op.status, op.lease_generation, op.attempts_used) == (S.PENDING, 0, 0)
+    # The general path it declines to refuses to run it without an approval of these parameters.
+    refused = operation_claim(op.pk, execution_id=execution)
+    assert not isinstance(refused, Lease)
+    op.refresh_from_db()
+    assert op.status == S.MANUAL_INTERVENTION
+    assert not Invocation.objects.filter(operation=op).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approved_work_is_claimed_once_and_its_approval_released(settings):
+    from runtime.approvals import approval_decide
+
+    settings.HOTPATH = True
+    owner, operator = factories.agent(), factories.console_user("operator")
+    task = factories.task(owner)
+    op = factories.operation(
+        owner, task, step="pay", tool="demo.payments.charge", params=BIG_CHARGE
+    )
+    approval = op.approvals.get()
+    approval_decide(
+        operator.actor, approval.pk, decision="approve", reason="", params_hash=op.params_hash
+    )
+    assert OutboxMessage.objects.filter(operation=op).count() == 1
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk)
+    assert isinstance(lease, Lease)
+    approval.refresh_from_db()
+    assert approval.status == "released" and approval.released_at is not None
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    assert Invocation.objects.filter(operation=op).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_statement_never_takes_work_of_a_paused_task(settings):
+    from runtime.control import task_pause, task_resume
+
+    settings.HOTPATH = True
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    task_pause(owner.actor, task.pk)
+    execution = execution_for_agent("w").pk
+    assert _claim_statement(op, execution) is None
+    op.refresh_from_db()
+    assert (op.status, op.lease_generation) == (S.PENDING, 0)
+    refused = operation_claim(op.pk, execution_id=execution)
+    assert not isinstance(refused, Lease) and refused.reason == "the task is paused"
+    # The delivery spent its announcement; resume announces the work again and it runs once.
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    task_resume(owner.actor, task.pk)
+    assert OutboxMessage.objects.filter(operation=op).count() == 1
+    lease = operation_claim(op.pk, execution_id=execution)
+    assert isinstance(lease, Lease) and lease.lease_generation == 1
+    assert Invocation.objects.filter(operation=op).count() == 1

@@ -233,3 +233,122 @@ def test_a_report_of_a_compensation_locks_its_original_before_the_task(settings)
     stopped.result(timeout=1)
     original.refresh_from_db()
     assert original.status == "compensated"
+
+
+# --- resume: its announcements reference the operations, so it locks them before the task -----
+
+
+def test_a_resume_racing_a_stop_waits_for_the_stops_operation_rows_and_never_deadlocks():
+    """The stop holds the paused task's operation rows (FOR UPDATE) and has not locked the task
+    yet; a resume starts. An announcement's foreign key takes a share lock on its operation at
+    commit, so a resume that locked the task first would wait for the stop while the stop waits
+    for it: ``deadlock detected``. Resume locks the claimable operations first (ascending id),
+    waits for the stop, then finds the task ended and is refused."""
+    from runtime.control import task_pause, task_resume
+    from runtime.errors import TaskRefused
+    from runtime.leases import Refusal
+    from runtime.models import OutboxMessage, TaskCommand
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, params={"v": 1})
+    task_pause(owner.actor, task.pk)
+    # A delivery for the paused task spends the announcement: resume will have to write one.
+    refused = operation_claim(op.pk, execution_id=execution_for_agent("worker").pk)
+    assert isinstance(refused, Refusal) and refused.reason == "the task is paused"
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: task_cancel(owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        resumer, resumed = in_thread(lambda: task_resume(owner.actor, task.pk), "resumer")
+        wait_until_blocked_on_a_lock("the resume to wait for the stop's operation rows")
+        gate.release()
+        stopper.join(30)
+        resumer.join(30)
+
+    assert stopped.result(timeout=1).cancellation != "none"  # raises a deadlock, if any
+    error = resumed.exception(timeout=1)
+    # Nothing was running: the cancel ended the task, and the resume is refused for that.
+    assert isinstance(error, TaskRefused) and error.code == "task_terminal", error
+    op.refresh_from_db()
+    assert op.status == "cancelled"
+    assert not OutboxMessage.objects.filter(operation=op).exists()
+    assert TaskCommand.objects.get(task=task, kind="resume").disposition == "refused"
+
+
+# --- a gated claim: the operation row before its approval, as the release gate takes them ------
+
+
+def test_a_late_decision_racing_a_gated_claim_waits_for_it_and_never_deadlocks(settings):
+    """The claim of approved work releases its approval; a second operator's decision on the same
+    approval arrives meanwhile. The gate locks the operation, then the approval; a claim that
+    took the approval before the operation would deadlock with it. The claim locks the
+    operation first, so the decision waits, then finds the approval released and is refused."""
+    from runtime.approvals import approval_decide
+    from runtime.errors import ApprovalDecided
+
+    settings.HOTPATH = True  # the statement declines gated work: this is the path it takes
+    owner = factories.agent()
+    first, second = factories.console_user("operator"), factories.console_user("operator")
+    task = factories.task(owner)
+    op = factories.operation(
+        owner, task, tool="demo.payments.charge", params={"account": "a", "amount_cents": 25000}
+    )
+    approval = op.approvals.get()
+
+    def decide(who):
+        return approval_decide(
+            who.actor, approval.pk, decision="approve", reason="", params_hash=op.params_hash
+        )
+
+    decide(first)
+    execution = execution_for_agent("worker").pk
+    with gate_at("claim.approval_released", "claimer") as gate:
+        claimer, claimed = in_thread(
+            lambda: operation_claim(op.pk, execution_id=execution), "claimer"
+        )
+        assert gate.reached.wait(30), "the claim never released the approval"
+        decider, decided = in_thread(lambda: decide(second), "decider")
+        wait_until_blocked_on_a_lock("the late decision to wait for the claim's rows")
+        gate.release()
+        claimer.join(30)
+        decider.join(30)
+
+    assert isinstance(claimed.result(timeout=1), Lease)  # raises a deadlock, if any
+    assert isinstance(decided.exception(timeout=1), ApprovalDecided)
+    approval.refresh_from_db()
+    assert approval.status == "released" and approval.decided_by == first.actor.label
+
+
+def test_a_late_signal_never_waits_for_a_stop_holding_its_expired_wait():
+    """A stop holds the task's operation rows (an expired signal wait among them) and is about to
+    lock the task row. A signal for that wait arrives: it is late. Linking it to the wait would
+    share-lock the wait at commit while holding the task row, which the stop waits for: a
+    deadlock. The signal takes the wait only with SKIP LOCKED before the task row, so it
+    commits (late, unlinked) without waiting, and the stop then goes on."""
+    from runtime.signals import signal_send
+    from runtime.waits import wait_sweep
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    wait = factories.operation(
+        owner, task, kind="wait_signal", tool="", signal="go", timeout_seconds=60
+    )
+    Operation.objects.filter(pk=wait.pk).update(wait_until=wait.created_at)
+    assert wait_sweep()["waits_expired"] == 1
+
+    with gate_at("cancel.after_lock", "stop") as gate:
+        stopper, stopped = in_thread(lambda: task_cancel(owner.actor, task.pk, "x"), "stop")
+        assert gate.reached.wait(30), "the stop never locked the operations"
+        _, signalled = in_thread(
+            lambda: signal_send(owner.actor, task.pk, event_id="e1", name="go", payload={}),
+            "signaller",
+        )
+        # Bounded only so that a regression fails instead of hanging; nothing is ordered by it.
+        answer = signalled.result(timeout=30)
+        gate.release()
+        stopper.join(30)
+
+    assert answer.disposition == "late"
+    assert stopped.result(timeout=1).cancellation != "none"  # raises a deadlock, if any

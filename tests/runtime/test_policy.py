@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 
 from runtime import policy
 from runtime.errors import NotAuthorized
-from runtime.models import Operation
+from runtime.models import Approval, Operation
 from tests import factories
 
 # Both databases: embedded (SQLite, rate limits counted in the database) and services.
@@ -48,13 +48,37 @@ def test_rights_on_a_task_a_user_created(people):
     assert _holders(policy.can_cancel, people, task) == {"creator", "admin"}
 
 
-def test_approving_needs_an_operator_who_is_not_the_requester(people):
-    operator = people["operator"]
-    policy.can_approve(operator, requested_by=people["owner"].label)
-    with pytest.raises(NotAuthorized):
-        policy.can_approve(operator, requested_by=operator.label)
-    with pytest.raises(NotAuthorized):
-        policy.can_approve(people["support"], requested_by=people["owner"].label)
+def test_approving_needs_the_role_and_never_the_requester_nor_the_editor(people):
+    def approval(**kw):
+        fields = {"approver_role": "operator", "requester_key": people["owner"].key}
+        return Approval(**{**fields, **kw})
+
+    plain = approval()
+    assert _holders(policy.can_decide_approval, people, plain) == {"operator", "admin", "creator"}
+    # The user the requesting agent acts for is a requester too.
+    for_creator = approval(requested_for_key=people["creator"].key)
+    assert _holders(policy.can_decide_approval, people, for_creator) == {"operator", "admin"}
+    edited = approval(editor_key=people["operator"].key)
+    assert _holders(policy.can_decide_approval, people, edited) == {"admin", "creator"}
+    by_admins = approval(approver_role="admin")
+    assert _holders(policy.can_decide_approval, people, by_admins) == {"admin"}
+    # A person asking through an agent token as the requester: refused with a reason.
+    requester = approval(requester_key=people["operator"].key)
+    with pytest.raises(NotAuthorized, match="requester"):
+        policy.can_decide_approval(people["operator"], requester)
+
+
+def test_human_side_rights(people):
+    agents_task = factories.task(people["owner"])
+    users_task = factories.task(people["creator"])
+    assert _holders(policy.can_signal, people, agents_task) == {"owner"}
+    assert _holders(policy.can_signal, people, users_task) == {"creator"}
+    # "creator" holds the operator role as well.
+    everyone_but = {"owner", "operator", "admin", "creator"}
+    assert _holders(policy.can_control_task, people, agents_task) == everyone_but
+    assert _holders(policy.can_control_task, people, users_task) == {"operator", "admin", "creator"}
+    assert _holders(policy.can_edit_approval, people) == {"operator", "admin", "creator"}
+    assert _holders(policy.can_manage_waits, people) == {"admin"}
 
 
 def test_a_role_taken_away_is_gone_at_the_next_decision(people):

@@ -72,12 +72,21 @@ def test_child_killed_mid_operation_completes_once_under_a_newer_generation(work
 
 
 def test_hung_worker_loses_its_lease_and_its_late_result_is_rejected(workers):
-    (worker,) = workers.start(count=1, concurrency=2, **FAST)
+    # One process, and it hangs: the sweeper must still take the lease back (it runs in a process
+    # of its own, not as a task queued behind the worker it rescues), and a second worker started
+    # afterwards finishes the work.
+    (worker,) = workers.start(count=1, concurrency=1, **FAST)
     workers.start_beat(**FAST)
     owner = factories.agent()
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"_fault": "hang", "v": 2})
 
+    wait_for(
+        lambda: Event.objects.filter(operation=op, type="operation.lease_expired").exists(),
+        timeout=60,
+        what="the sweeper to take the hung worker's lease back",
+    )
+    workers.start(count=1, concurrency=1, **FAST)
     wait_for(lambda: _status(op.pk) == "succeeded", timeout=60, what="takeover to succeed")
     # The hung process wakes after its lease expired and tries to complete: refused, recorded.
     rejected = wait_for(

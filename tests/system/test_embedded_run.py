@@ -168,10 +168,9 @@ def test_runstack_runs_an_operation_end_to_end_and_stops_cleanly_on_sigint(tmp_p
             assert [p.read_bytes() for p in stored if p.is_file()] == [report]
 
         started = _session_members(stack.pid)
-        commands = " ".join(cmd for _, cmd in started)
-        assert "console.server" in commands and " worker " in commands and " beat " in commands, (
-            started
-        )
+        commands = " ".join(f"{cmd} " for _, cmd in started)
+        assert "console.server" in commands and " worker " in commands, started
+        assert "manage.py beat " in commands, started
 
         # Ctrl-C as a supervisor delivers it: to the main process only, which stops the rest.
         stack.send_signal(signal.SIGINT)

@@ -1,6 +1,7 @@
 """Run the whole system in the foreground: web (console.server: uvicorn, ASGI), a Celery worker
-with WORKERS prefork children, and Celery beat (the sweeper), under a supervisor: a process that
-dies is restarted, one that keeps dying stops the stack. Ctrl-C stops all three."""
+with WORKERS prefork children, and beat (the sweeper's process, `manage.py beat`), under a
+supervisor: a process that dies is restarted, one that keeps dying stops the stack. Ctrl-C
+stops all three."""
 
 from __future__ import annotations
 
@@ -43,7 +44,6 @@ class Command(BaseCommand):
         python = sys.executable
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        data_dir = Path(settings.DATA_DIR)
         commands = {
             "web": [
                 python,
@@ -76,17 +76,11 @@ class Command(BaseCommand):
             ],
         }
         if "beat" in only:
+            # The sweeper's own process, never a task queued behind the workers it rescues.
             commands["beat"] = [
                 python,
-                "-m",
-                "celery",
-                "-A",
-                "console",
+                str(Path(settings.BASE_DIR) / "manage.py"),
                 "beat",
-                "--loglevel",
-                "INFO",
-                "--schedule",
-                str(data_dir / "celerybeat-schedule"),
             ]
         mode = "embedded (SQLite, no Redis)" if embedded else "services"
         self.stdout.write(

@@ -22,7 +22,7 @@ def _sqlite_triggers_again(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0005_artifacts_and_checks'),
+        ("runtime", "0007_humans_in_the_loop"),
     ]
 
     operations = [

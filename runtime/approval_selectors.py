@@ -1,0 +1,98 @@
+"""Reads of approvals (selectors): scoped by the caller's task visibility, keyset-ordered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from runtime.actors import Actor
+from runtime.errors import InvalidInput, NotFound
+from runtime.models import Approval, Operation
+from runtime.policy import task_scope
+from runtime.transitions import ApprovalStatus, OperationStatus
+
+
+def approval_get(actor: Actor, approval_id: str) -> Approval:
+    approval = Approval.objects.filter(task_scope(actor, "task__"), pk=approval_id).first()
+    if approval is None:
+        raise NotFound("no such approval")
+    return approval
+
+
+def approval_list(
+    actor: Actor,
+    *,
+    status: str | None = None,
+    tool: str | None = None,
+    task_id: str | None = None,
+    limit: int = 100,
+) -> list[Approval]:
+    """Approvals the actor may see, oldest request first. ``pending`` means decidable now: the
+    operation still waits for it (an approval whose operation was cancelled is not offered)."""
+    if status and status not in ApprovalStatus.ALL:
+        raise InvalidInput(f"status must be one of {', '.join(ApprovalStatus.ALL)}")
+    qs: QuerySet[Approval] = Approval.objects.filter(task_scope(actor, "task__")).select_related(
+        "task", "previous"
+    )
+    if status:
+        qs = qs.filter(status=status)
+    if status == ApprovalStatus.PENDING:
+        qs = qs.filter(operation__status=OperationStatus.WAITING_APPROVAL)
+    if tool:
+        qs = qs.filter(tool=tool)
+    if task_id:
+        qs = qs.filter(task_id=task_id)
+    return list(qs.order_by("created_at", "id")[:limit])
+
+
+def approval_current(op: Operation) -> Approval | None:
+    """The operation's latest proposal's approval, or None for ungated work."""
+    if not op.approval_required:
+        return None
+    return Approval.objects.filter(operation_id=op.pk).order_by("-proposal_version").first()
+
+
+def approvals_current(ops: list[Operation]) -> dict[str, Approval]:
+    """Each gated operation's latest proposal's approval, in one query (list pages)."""
+    latest: dict[str, Approval] = {}
+    if not ops:
+        return latest
+    for approval in Approval.objects.filter(operation_id__in=[op.pk for op in ops]).order_by(
+        "operation_id", "proposal_version"
+    ):
+        latest[approval.operation_id] = approval
+    return latest
+
+
+def approvals_of_task(task_id: str) -> list[Approval]:
+    return list(
+        Approval.objects.filter(task_id=task_id).order_by("operation_id", "proposal_version")
+    )
+
+
+def params_diff(approval: Approval) -> list[dict[str, Any]]:
+    """What an edit changed against the previous proposal version: one row per top-level key."""
+    previous = approval.previous
+    if previous is None:
+        return []
+    before, after = previous.params or {}, approval.params or {}
+    rows = []
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            rows.append(
+                {
+                    "key": key,
+                    "before": before.get(key),
+                    "after": after.get(key),
+                    "added": key not in before,
+                    "removed": key not in after,
+                }
+            )
+    return rows
+
+
+def pending_approval_count() -> int:
+    return Approval.objects.filter(
+        status=ApprovalStatus.PENDING, operation__status=OperationStatus.WAITING_APPROVAL
+    ).count()

@@ -1,0 +1,390 @@
+"""Approvals: a person's decision bound to the exact proposal of one operation.
+
+The release gate is one transaction. It locks the operation row, then the approval, then the
+task (the global lock order: operation rows first, then the task), takes ``now`` only after the
+locks, and rechecks everything there: the approval is still pending and unexpired at that moment,
+the decision's parameter hash is the current proposal's, the approver holds the right now and is
+neither the requester nor the editor, and the task admits work. Only then does the operation
+become runnable, with its outbox row, in the same transaction. A concurrent decision, expiry or
+cancellation serialises on the operation row and finds the result of the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime.actors import SWEEPER, Actor
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
+from runtime.approval_selectors import approval_get
+from runtime.crashpoints import crash_point
+from runtime.errors import (
+    ApprovalDecided,
+    ApprovalExpired,
+    ApprovalStale,
+    Conflict,
+    DomainError,
+    InvalidInput,
+    TransitionRejected,
+    WaitNotExpired,
+)
+from runtime.events import event_append_txn
+from runtime.hashing import params_hash
+from runtime.leases import operation_settle_txn
+from runtime.models import Approval, Operation, Task
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
+from runtime.statemachine import approval_transition_txn, operation_transition_txn
+from runtime.tasks import task_admission_check
+from runtime.tools import adapter_for
+from runtime.transitions import ApprovalStatus, OperationStatus
+
+A = ApprovalStatus
+S = OperationStatus
+DECISIONS = ("approve", "deny")
+MAX_BULK = 100
+
+
+def _locked(approval_id: str, operation_id: str) -> tuple[Operation, Approval]:
+    """Operation row first, then the approval (then, where needed, the task)."""
+    op = Operation.objects.select_for_update().get(pk=operation_id)
+    approval = Approval.objects.select_for_update().get(pk=approval_id)
+    return op, approval
+
+
+def _pending_or_refuse(approval: Approval, now: datetime) -> None:
+    if approval.status == A.EXPIRED or (
+        approval.status == A.PENDING and approval.expires_at <= now
+    ):
+        raise ApprovalExpired("the approval expired before the decision reached it")
+    if approval.status != A.PENDING:
+        what = "superseded by an edit" if approval.reason == "superseded" else approval.status
+        raise ApprovalDecided(f"the approval was already decided ({what})")
+
+
+def approval_decide(
+    actor: Actor, approval_id: str, *, decision: str, reason: str, params_hash: str
+) -> Approval:
+    """Approve or deny a pending approval through the release gate.
+
+    Preconditions: ``actor`` is the authenticated caller (never a name from a request body).
+    Raises NotAuthorized (no right now, requester, editor), ApprovalExpired, ApprovalDecided,
+    ApprovalStale (another proposal), TaskRefused (cancelled, paused, ended, past deadline).
+    """
+    if decision not in DECISIONS:
+        raise InvalidInput("decision must be approve or deny")
+    reason = (reason or "").strip()
+    if decision == "deny" and not reason:
+        raise InvalidInput("a denial needs a reason")
+    seen = approval_get(actor, approval_id)
+    with transaction.atomic():
+        op, approval = _locked(approval_id, seen.operation_id)
+        crash_point("approval.gate_locked")
+        # The moment of the gate: after the locks, so a request that began before the expiry
+        # cannot carry an earlier clock past it.
+        now = timezone.now()
+        can_decide_approval(actor, approval)
+        _pending_or_refuse(approval, now)
+        decided = {
+            "decided_by": actor.label,
+            "decider_key": actor.key,
+            "decided_at": now,
+            "reason": reason[:2000],
+        }
+        data = {
+            "approval": approval.pk,
+            "proposal_version": approval.proposal_version,
+            "params_hash": approval.params_hash,
+            "reason": reason,
+        }
+        if decision == "approve":
+            task = Task.objects.select_for_update().get(pk=op.task_id)
+            task_admission_check(
+                condition=task.condition,
+                cancellation=task.cancellation,
+                paused=task.paused,
+                deadline=task.deadline,
+                now=now,
+            )
+            if (
+                params_hash != approval.params_hash
+                or approval.params_hash != op.params_hash
+                or op.status != S.WAITING_APPROVAL
+            ):
+                raise ApprovalStale("the decision is for another proposal than the current one")
+            approval_transition_txn(
+                approval,
+                A.APPROVED,
+                now=now,
+                fields=decided,
+                extra_guard={"expires_at__gt": now, "params_hash": params_hash},
+            )
+            operation_transition_txn(
+                op,
+                S.PENDING,
+                now=now,
+                actor=actor.label,
+                fields={"status_reason": ""},
+                event_type="approval.approved",
+                data=data,
+            )
+            if op.executor == Operation.EXECUTOR_WORKER:
+                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+        else:
+            if params_hash and params_hash != approval.params_hash:
+                raise ApprovalStale("the decision is for another proposal than the current one")
+            approval_transition_txn(approval, A.DENIED, now=now, fields=decided)
+            if op.status == S.WAITING_APPROVAL:
+                operation_settle_txn(
+                    op,
+                    S.FAILED,
+                    now=now,
+                    reason=f"approval denied: {reason}",
+                    actor=actor.label,
+                    fields={"error": {"kind": "denied", "message": reason}},
+                )
+            event_append_txn(
+                task_id=op.task_id,
+                type="approval.denied",
+                state_version=op.state_version,
+                now=now,
+                operation_id=op.pk,
+                actor=actor.label,
+                data=data,
+            )
+        crash_point("approval.before_commit")
+    return approval
+
+
+@dataclass(frozen=True)
+class BulkItem:
+    approval: str
+    decision: str
+    reason: str
+    params_hash: str
+
+
+def approval_decide_bulk(actor: Actor, items: list[BulkItem]) -> list[dict[str, Any]]:
+    """Decide many approvals; each passes the release gate on its own (its own savepoint), and
+    one failing item changes nothing of the others."""
+    if not items or len(items) > MAX_BULK:
+        raise InvalidInput(f"decisions must hold 1 to {MAX_BULK} items")
+    results: list[dict[str, Any]] = []
+    for item in items:
+        try:
+            approval = approval_decide(
+                actor,
+                item.approval,
+                decision=item.decision,
+                reason=item.reason,
+                params_hash=item.params_hash,
+            )
+        except DomainError as exc:
+            results.append(
+                {
+                    "approval": item.approval,
+                    "status": exc.status,
+                    "error": {"code": exc.code, "message": exc.message},
+                }
+            )
+        else:
+            results.append(
+                {"approval": item.approval, "status": 200, "approval_status": approval.status}
+            )
+    return results
+
+
+def approval_edit(
+    actor: Actor, approval_id: str, *, params: dict[str, Any], reason: str
+) -> Approval:
+    """An operator edits a pending proposal: the operation's parameters change, the old approval
+    is denied as ``superseded`` and a new pending approval binds the new proposal version, marked
+    as edited by ``actor`` (who may not approve it). Preconditions: ``params`` is a JSON object."""
+    seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
+    can_edit_approval(actor)
+    adapter = adapter_for(seen.tool)
+    adapter.validate(params)
+    digest = params_hash(params)
+    reason = (reason or "").strip()
+    with transaction.atomic():
+        op, old = _locked(approval_id, seen.operation_id)
+        now = timezone.now()
+        _pending_or_refuse(old, now)
+        if op.status != S.WAITING_APPROVAL or op.params_hash != old.params_hash:
+            raise ApprovalStale("the operation moved on from this proposal")
+        if digest == old.params_hash:
+            raise InvalidInput("the edit does not change the parameters")
+        validity = old.expires_at - old.created_at
+        approval_transition_txn(
+            old,
+            A.DENIED,
+            now=now,
+            fields={
+                "decided_by": actor.label,
+                "decider_key": actor.key,
+                "decided_at": now,
+                "reason": "superseded",
+            },
+        )
+        touched = Operation.objects.filter(
+            pk=op.pk, status=S.WAITING_APPROVAL, state_version=op.state_version
+        ).update(
+            params=params, params_hash=digest, state_version=F("state_version") + 1, updated_at=now
+        )
+        if touched != 1:
+            raise TransitionRejected("the operation changed while it was being edited")
+        op.state_version += 1
+        new = Approval.objects.create(
+            operation=op,
+            task_id=op.task_id,
+            status=A.PENDING,
+            proposal_version=old.proposal_version + 1,
+            params=params,
+            params_hash=digest,
+            tool=old.tool,
+            scope=old.scope,
+            approver_role=old.approver_role,
+            requested_by=old.requested_by,
+            requester_key=old.requester_key,
+            requested_for_key=old.requested_for_key,
+            edited_by=actor.label,
+            editor_key=actor.key,
+            previous=old,
+            reason=reason[:2000],
+            expires_at=now + validity,
+            created_at=now,
+        )
+        event_append_txn(
+            task_id=op.task_id,
+            type="approval.edited",
+            state_version=op.state_version,
+            now=now,
+            operation_id=op.pk,
+            actor=actor.label,
+            data={
+                "approval": new.pk,
+                "supersedes": old.pk,
+                "proposal_version": new.proposal_version,
+                "params_hash": digest,
+                "reason": reason,
+            },
+        )
+    return new
+
+
+def approval_renew(
+    actor: Actor, approval_id: str, *, expires_in_seconds: int, reason: str
+) -> Approval:
+    """An admin gives an expired approval a new validity period; the operation waits for a
+    decision again. Audited in the journal with the admin and the reason."""
+    seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
+    can_manage_waits(actor)
+    if not 1 <= expires_in_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS:
+        raise InvalidInput(
+            f"expires_in_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
+        )
+    with transaction.atomic():
+        op, approval = _locked(approval_id, seen.operation_id)
+        now = timezone.now()
+        if approval.status != A.EXPIRED or op.status != S.EXPIRED:
+            raise WaitNotExpired(f"the approval is {approval.status}, not expired")
+        expires = now + timedelta(seconds=expires_in_seconds)
+        approval_transition_txn(approval, A.PENDING, now=now, fields={"expires_at": expires})
+        operation_transition_txn(
+            op,
+            S.WAITING_APPROVAL,
+            now=now,
+            actor=actor.label,
+            fields={"status_reason": ""},
+            event_type="approval.renewed",
+            data={"approval": approval.pk, "expires_at": expires.isoformat(), "reason": reason},
+        )
+    return approval
+
+
+def approval_transform_txn(
+    op: Operation, approval: Approval, *, actor: Actor, reason: str, now: datetime
+) -> None:
+    """An expired approval becomes a denial and its operation is cancelled. Preconditions:
+    inside a transaction holding the operation's and the approval's rows."""
+    if approval.status != A.EXPIRED or op.status != S.EXPIRED:
+        raise WaitNotExpired(f"the approval is {approval.status}, not expired")
+    approval_transition_txn(
+        approval,
+        A.DENIED,
+        now=now,
+        fields={
+            "decided_by": actor.label,
+            "decider_key": actor.key,
+            "decided_at": now,
+            "reason": reason or "transformed after expiry",
+        },
+    )
+    operation_settle_txn(
+        op, S.CANCELLED, now=now, reason=reason or "expired approval transformed", actor=actor.label
+    )
+
+
+def approval_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
+    """Expire pending approvals past their validity (the operation goes ``expired`` and stays
+    visible for an admin; nothing retries it), and close pending approvals whose operation left
+    ``waiting_approval`` some other way (cancelled with its task)."""
+    now = now or timezone.now()
+    due = list(
+        Approval.objects.filter(status=A.PENDING, expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("pk", "operation_id")[:batch]
+    )
+    orphaned = list(
+        Approval.objects.filter(status=A.PENDING)
+        .exclude(operation__status=S.WAITING_APPROVAL)
+        .values_list("pk", "operation_id")[:batch]
+    )
+    done = 0
+    for approval_id, operation_id in dict.fromkeys(due + orphaned):
+        try:
+            with transaction.atomic():
+                op, approval = _locked(approval_id, operation_id)
+                crash_point("approval.expire_locked")
+                at = timezone.now()
+                if approval.status != A.PENDING:
+                    continue
+                if op.status != S.WAITING_APPROVAL:
+                    reason = f"the operation was {op.status}"
+                    approval_transition_txn(
+                        approval, A.DENIED, now=at, fields={"decided_at": at, "reason": reason}
+                    )
+                    event_append_txn(
+                        task_id=op.task_id,
+                        type="approval.closed",
+                        state_version=op.state_version,
+                        now=at,
+                        operation_id=op.pk,
+                        actor=SWEEPER,
+                        data={"approval": approval.pk, "reason": reason},
+                    )
+                    done += 1
+                    continue
+                if approval.expires_at > at:
+                    continue
+                approval_transition_txn(
+                    approval, A.EXPIRED, now=at, extra_guard={"expires_at__lte": at}
+                )
+                operation_transition_txn(
+                    op,
+                    S.EXPIRED,
+                    now=at,
+                    actor=SWEEPER,
+                    fields={"status_reason": "no decision before the approval expired"},
+                    event_type="approval.expired",
+                    data={"approval": approval.pk, "reason": "approval expired"},
+                )
+                done += 1
+        except (Conflict, Approval.DoesNotExist, Operation.DoesNotExist):
+            continue
+    return done
