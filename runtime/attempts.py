@@ -13,9 +13,11 @@ from runtime.actors import Actor
 from runtime.budgets import attempt_allocate_txn
 from runtime.errors import InvalidInput
 from runtime.events import event_append_txn
-from runtime.models import Attempt, Task
+from runtime.models import Attempt, Operation, Task
 from runtime.policy import can_start_attempt
+from runtime.statemachine import attempt_end_txn
 from runtime.tasks import task_admission_check, task_get
+from runtime.transitions import OperationStatus, TaskOutcome
 
 
 def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
@@ -45,6 +47,20 @@ def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
         )
         previous = task.current_attempt
         number = (Attempt.objects.filter(task=task).aggregate(n=Max("number"))["n"] or 0) + 1
+        if previous is not None:
+            # The replaced pursuit ends: failed, or unresolved while it keeps an effect nobody
+            # could establish (the seeds: a terminal attempt may retain an unresolved operation).
+            keeps_unresolved = Operation.objects.filter(
+                attempt=previous, status=OperationStatus.UNRESOLVED
+            ).exists()
+            attempt_end_txn(
+                previous.pk,
+                task_id=task.pk,
+                outcome=TaskOutcome.UNRESOLVED if keeps_unresolved else TaskOutcome.FAILED,
+                reason=f"replaced by attempt {number}" + (f": {reason}" if reason else ""),
+                now=now,
+                actor=actor.label,
+            )
         attempt = Attempt.objects.create(
             task=task, number=number, reason=reason, created_by=actor.label
         )

@@ -20,7 +20,7 @@ from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
-from runtime.models import Approval, Operation, RejectedObservation, Task
+from runtime.models import Approval, Attempt, Operation, RejectedObservation, Task
 from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus
 
 S = OperationStatus
@@ -147,7 +147,39 @@ def task_transition_txn(
         actor=actor,
         data=data,
     )
+    if values.get("outcome") and task.current_attempt_id:
+        # A task's end is its current attempt's end, in the same transaction.
+        attempt_end_txn(
+            task.current_attempt_id,
+            task_id=task.pk,
+            outcome=str(values["outcome"]),
+            reason=event_type,
+            now=now,
+            actor=actor,
+        )
     return Transitioned(event_type, task.state_version, row, event.seq)
+
+
+def attempt_end_txn(
+    attempt_id: str, *, task_id: str, outcome: str, reason: str, now: datetime, actor: str
+) -> bool:
+    """End an attempt inside the caller's transaction: one guarded UPDATE (an attempt ends once)
+    and its ``attempt.ended`` event. False when it had already ended."""
+    touched = Attempt.objects.filter(pk=attempt_id, ended_at__isnull=True).update(
+        ended_at=now, outcome=outcome, end_reason=reason[:2000]
+    )
+    if touched != 1:
+        return False
+    number = Attempt.objects.filter(pk=attempt_id).values_list("number", flat=True).get()
+    event_append_txn(
+        task_id=task_id,
+        type="attempt.ended",
+        state_version=None,
+        now=now,
+        actor=actor,
+        data={"attempt": number, "outcome": outcome, "reason": reason[:2000]},
+    )
+    return True
 
 
 def rejection_record(

@@ -97,6 +97,12 @@ class Attempt(models.Model):
     reason = models.TextField(blank=True, default="")
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The end of the pursuit: when its task ended (with the task's outcome), or when a newer
+    # attempt replaced it (``failed``, or ``unresolved`` while it keeps unresolved operations).
+    # Its running work may still settle afterwards; no new work is admitted under it.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")
+    end_reason = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [

@@ -101,3 +101,16 @@ def test_the_outcomes_fragment_needs_a_console_role(fs_artifacts):
     assert client.login(username=person.actor.name, password=factories.PASSWORD)
     assert client.get(f"/tasks/{task.pk}/outcomes").status_code == 403
     assert Client().get(f"/tasks/{task.pk}/outcomes").status_code == 302
+
+
+def test_the_task_page_shows_how_each_attempt_ended():
+    from runtime.attempts import attempt_create
+
+    alice = factories.agent()
+    task = factories.task(alice)
+    attempt_create(alice.actor, task.pk, reason="second <try>")
+    completion.task_complete(alice.actor, task.pk)
+    page = _browser("operator").get(f"/tasks/{task.pk}/").content.decode()
+    assert 'data-attempt-outcome="failed"' in page  # the first, replaced by the second
+    assert 'data-attempt-outcome="succeeded"' in page  # the second, with its task
+    assert "replaced by attempt 2: second &lt;try&gt;" in page

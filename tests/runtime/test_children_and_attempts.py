@@ -162,3 +162,46 @@ def test_no_attempt_for_a_task_past_its_deadline():
     Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     with pytest.raises(TaskRefused):
         attempt_create(alice.actor, task.pk)
+
+
+# --- the end of an attempt ------------------------------------------------------------------
+
+
+def _ended(attempt_id: str) -> tuple[str, bool]:
+    from runtime.models import Attempt
+
+    a = Attempt.objects.get(pk=attempt_id)
+    return a.outcome, a.ended_at is not None
+
+
+def test_a_task_that_ends_ends_its_attempt_with_its_outcome():
+    from runtime.cancellation import task_fail
+    from runtime.completion import task_complete
+    from runtime.models import Event
+
+    alice = factories.agent()
+    done, gave_up = factories.task(alice), factories.task(alice)
+    assert _ended(done.current_attempt_id) == ("", False)
+    task_complete(alice.actor, done.pk)
+    task_fail(alice.actor, gave_up.pk, reason="no way forward")
+    assert _ended(done.current_attempt_id) == ("succeeded", True)
+    assert _ended(gave_up.current_attempt_id) == ("failed", True)
+    ended = Event.objects.get(task=done, type="attempt.ended")
+    assert ended.actor == alice.actor.label
+    assert ended.data["outcome"] == "succeeded" and ended.data["attempt"] == 1
+
+
+def test_a_new_attempt_ends_the_one_it_replaces_keeping_its_unresolved_work_visible():
+    alice = factories.agent()
+    task = factories.task(alice)
+    first = task.current_attempt_id
+    op = factories.operation(alice, task, step="charge")
+    Operation.objects.filter(pk=op.pk).update(status="unresolved")
+    second = attempt_create(alice.actor, task.pk, reason="new plan")
+    assert _ended(first) == ("unresolved", True)
+    third = attempt_create(alice.actor, task.pk)
+    assert _ended(second.pk) == ("failed", True)
+    assert _ended(third.pk) == ("", False)
+    # The replaced attempt's unresolved operation stays where it is, for a person.
+    assert Operation.objects.get(pk=op.pk).status == "unresolved"
+    assert Operation.objects.get(pk=op.pk).attempt_id == first
