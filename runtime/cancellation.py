@@ -8,16 +8,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from runtime.actors import Actor
+from runtime.actors import SWEEPER, Actor
 from runtime.budgets import child_settle_txn
-from runtime.children import children_live_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused
 from runtime.leases import cancel_requested_txn, operation_settle_txn
-from runtime.models import Operation, Task
+from runtime.models import BudgetHold, Operation, Task
 from runtime.policy import can_cancel
+from runtime.reactor import parent_rest, task_rest_txn
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
@@ -114,7 +115,7 @@ def task_cancel_txn(task_id: str, *, actor: str, reason: str) -> bool:
         event_type="task.cancel_acknowledged",
         actor=actor,
     )
-    task_quiesce_txn(task.pk, now=now, actor=actor)
+    task_rest_txn(task.pk, now=now, actor=actor)
     _cascade_after_commit(task.pk, actor=actor, reason=reason)
     return True
 
@@ -122,7 +123,6 @@ def task_cancel_txn(task_id: str, *, actor: str, reason: str) -> bool:
 def _cascade_after_commit(task_id: str, *, actor: str, reason: str) -> None:
     """Children stop with their parent, each in a transaction of its own once the parent's stop
     committed (the sweeper repeats it if this process dies first)."""
-    from runtime.children import children_cancel
 
     def cascade() -> None:
         if Task.objects.filter(parent_id=task_id).exists():
@@ -155,50 +155,64 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
             actor=actor.label,
             data={"reason": reason},
         )
-        task_quiesce_txn(task.pk, now=now, actor=actor.label)
+        task_rest_txn(task.pk, now=now, actor=actor.label)
         _cascade_after_commit(task.pk, actor=actor.label, reason=reason)
     task.refresh_from_db()
     return task
 
 
-def task_quiesce_txn(task_id: str, *, now: datetime, actor: str) -> None:
-    """Inside the caller's transaction, after any settling: a cancelled task with nothing active
-    (and no live child) becomes quiescent and terminal; an ended task that asked for
-    compensation unwinds. ``actor`` is whoever's change let the task come to rest."""
-    from runtime.compensation import saga_next_txn, saga_wanted
+def children_cancel(parent_id: str, *, actor: str, reason: str) -> int:
+    """Cancel the parent's children that are still going (each in its own transaction, and
+    their own children after them). Safe to repeat."""
+    cancelled = 0
+    pending = list(
+        Task.objects.filter(parent_id=parent_id, cancellation=Cancellation.NONE)
+        .exclude(condition=TaskCondition.TERMINAL)
+        .values_list("pk", flat=True)
+    )
+    for child_id in pending:
+        with transaction.atomic():
+            if task_cancel_txn(child_id, actor=actor, reason=reason or "cancelled with its parent"):
+                cancelled += 1
+    return cancelled
 
-    task = Task.objects.get(pk=task_id)
-    if task.ops_active:
-        return
-    if task.parent_id is not None and task.condition == TaskCondition.TERMINAL:
-        _child_ended_txn(task, now=now, actor=actor)
-    if task.cancellation == Cancellation.ACKNOWLEDGED:
-        if children_live_txn(task.pk):
-            # Structured concurrency: a parent is quiescent only once its children are.
-            return
-        task_transition_txn(
-            task,
-            now=now,
-            fields={"cancellation": Cancellation.QUIESCENT, "outcome": TaskOutcome.CANCELLED},
-            target_condition=TaskCondition.TERMINAL,
-            event_type="task.cancelled",
-            actor=actor,
-            data={"reason": task.terminal_reason},
+
+def children_sweep(now: datetime | None = None, batch: int = 100) -> int:
+    """What the after-commit steps may have left undone: children of a stopped parent that were
+    not cancelled; ended children whose allocation was not settled in the parent's ledger;
+    parents waiting for children that have all ended."""
+    now = now or timezone.now()
+    done = 0
+    stopped_parents = list(
+        Task.objects.filter(
+            children__cancellation=Cancellation.NONE,
+            children__condition__in=[c for c in TaskCondition.ALL if c != TaskCondition.TERMINAL],
         )
-        task.refresh_from_db()
-        if task.parent_id is not None:
-            _child_ended_txn(task, now=now, actor=actor)
-    if task.condition == TaskCondition.TERMINAL and saga_wanted(task):
-        saga_next_txn(task.pk, now=now)
-
-
-def _child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
-    """A child with nothing active ended: its consumption replaces its allocation's hold in the
-    parent's ledger, and the parent (maybe waiting for it) is looked at after commit."""
-    child_settle_txn(child=task, now=now)
-    parent_id = task.parent_id
-    if parent_id is None:
-        return
-    from runtime.children import parent_quiesce
-
-    transaction.on_commit(lambda: parent_quiesce(parent_id, actor=actor), robust=True)
+        .filter(~Q(cancellation=Cancellation.NONE) | Q(condition=TaskCondition.TERMINAL))
+        .values_list("pk", flat=True)
+        .distinct()[:batch]
+    )
+    for parent_id in stopped_parents:
+        done += children_cancel(parent_id, actor=SWEEPER, reason="cancelled with its parent")
+    unsettled = list(
+        BudgetHold.objects.filter(
+            status=BudgetHold.HELD,
+            child_task__condition=TaskCondition.TERMINAL,
+            child_task__ops_active=0,
+        )
+        .values_list("child_task_id", flat=True)
+        .distinct()[:batch]
+    )
+    for child_id in unsettled:
+        with transaction.atomic():
+            child_settle_txn(child=Task.objects.get(pk=child_id), now=now)
+        done += 1
+    waiting = list(
+        Task.objects.filter(cancellation=Cancellation.ACKNOWLEDGED, ops_active=0)
+        .filter(children__isnull=False)
+        .values_list("pk", flat=True)
+        .distinct()[:batch]
+    )
+    for parent_id in waiting:
+        parent_rest(parent_id, actor=SWEEPER)
+    return done

@@ -9,7 +9,7 @@ from typing import Any
 
 from runtime.actors import SAGA
 from runtime.errors import Conflict
-from runtime.events import TaskRow, event_append_txn
+from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.keys import key_compensation
 from runtime.models import Operation, Task
@@ -111,24 +111,6 @@ def operation_and_original_lock_txn(op_id: str, original_id: str | None) -> None
             .order_by("id")
             .values_list("pk", flat=True)
         )
-
-
-def after_settle_txn(op: Operation, task: TaskRow, *, now: datetime, actor: str) -> None:
-    """What an operation's settling sets in motion, in the same transaction: the original of a
-    finished compensation is marked compensated; a stopping task reaches quiescence; an unwinding
-    task starts its next compensation."""
-    from runtime.cancellation import task_quiesce_txn
-
-    if op.compensates_id and op.status == S.SUCCEEDED:
-        # The caller locked the original with the compensation (ascending id, before the task).
-        original = Operation.objects.get(pk=op.compensates_id)
-        if original.status == S.COMPENSATING:
-            task = operation_transition_txn(
-                original, S.COMPENSATED, now=now, actor=actor, data={"compensation": op.pk}
-            ).task
-    stopping = task.cancellation == "acknowledged" or task.condition == "terminal"
-    if stopping and task.ops_active == 0:
-        task_quiesce_txn(task.id, now=now, actor=actor)
 
 
 def saga_wanted(task: Task) -> bool:

@@ -40,6 +40,7 @@ from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, Transition
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
+from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition
@@ -375,8 +376,6 @@ def operation_settle_txn(
     """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
     transition, its announcements consumed, and whatever the settling sets in motion (a
     stopping task may now be quiescent). Inside the caller's transaction."""
-    from runtime.compensation import after_settle_txn
-
     transitioned = operation_transition_txn(
         op,
         target,
@@ -388,7 +387,7 @@ def operation_settle_txn(
     outbox_consume_txn(op.pk)
     # Limits: work settled without a call gives its hold back.
     budget_release_txn(budget=task_budget(op.task_id), op=op, actor=actor, now=now)
-    after_settle_txn(op, transitioned.task, now=now, actor=actor)
+    operation_settled_txn(op, transitioned.task, now=now, actor=actor)
 
 
 def lease_heartbeat(
@@ -485,9 +484,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
             if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
                 outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
             elif target != S.PENDING:
-                from runtime.compensation import after_settle_txn
-
-                after_settle_txn(op, transitioned.task, now=now, actor=SWEEPER)
+                operation_settled_txn(op, transitioned.task, now=now, actor=SWEEPER)
             taken += 1
     return taken
 

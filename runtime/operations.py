@@ -49,6 +49,7 @@ from runtime.leases import lease_token_digest, lease_token_matches, task_stoppin
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_claim, can_propose, task_scope
+from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
@@ -582,7 +583,6 @@ def _apply_report_txn(
     """The general acceptance: the decision applied through the guarded writer with everything
     that must commit with it (invocation receipt, journal event, next outbox row, and what the
     settling sets in motion: saga steps, a stopping task's quiescence)."""
-    from runtime import compensation
     from runtime.tools import adapters
 
     decision = report_decision(
@@ -627,7 +627,7 @@ def _apply_report_txn(
             now=now,
             available_at=decision.next_attempt_at,
         )
-    compensation.after_settle_txn(op, transitioned.task, now=now, actor=actor)
+    operation_settled_txn(op, transitioned.task, now=now, actor=actor)
 
 
 def _settle_budget_txn(

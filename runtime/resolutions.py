@@ -12,7 +12,11 @@ from django.utils import timezone
 
 from runtime.actors import Actor
 from runtime.budgets import budget_resolve_txn
-from runtime.compensation import operation_and_original_lock_txn
+from runtime.compensation import (
+    compensable,
+    compensation_start_txn,
+    operation_and_original_lock_txn,
+)
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
 from runtime.errors import Conflict, InvalidInput, TaskRefused, TransitionRejected
@@ -22,6 +26,7 @@ from runtime.models import Invocation, Operation, Resolution
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
+from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
 from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
@@ -54,8 +59,6 @@ class ResolutionNotAllowed(Conflict):
 
 def resolutions_allowed(op: Operation) -> tuple[str, ...]:
     """What a person may do with this unresolved operation, by its receiver's contract."""
-    from runtime.compensation import compensable
-
     allowed = ALLOWED_BY_CONTRACT.get(contract_of(op.tool), ("succeeded", "no_effect"))
     return (*allowed, "compensate") if compensable(op) else allowed
 
@@ -138,8 +141,6 @@ def operation_resolve(
                 target = S.FAILED
                 fields = {"error": {"kind": "no_effect", "message": "the receiver has no record"}}
         else:  # compensate
-            from runtime.compensation import compensation_start_txn
-
             compensation = compensation_start_txn(op, actor=actor.label, now=now)
             _audit(op, actor, resolution, evidence, from_status, S.COMPENSATING, now)
             budget_resolve_txn(
@@ -170,9 +171,7 @@ def operation_resolve(
             outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
         if op.compensates_id:
             _settle_original_txn(op, target, now, actor.label)
-        from runtime.compensation import after_settle_txn
-
-        after_settle_txn(op, transitioned.task, now=now, actor=actor.label)
+        operation_settled_txn(op, transitioned.task, now=now, actor=actor.label)
     op.refresh_from_db()
     return op
 

@@ -24,6 +24,7 @@ from runtime.budgets import budget_mark_unknown_txn
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.leases import lease_token_digest
 from runtime.models import Invocation, Operation
+from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
 from runtime.tools import Contract, contract_of
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition
@@ -61,8 +62,6 @@ def operation_terminate(
 ) -> bool:
     """Settle a running call that ignored its cancel; False when anything else came first (its
     own result, a takeover). Preconditions: the caller holds the claim; no transaction open."""
-    from runtime.compensation import after_settle_txn
-
     now = now or timezone.now()
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
@@ -96,7 +95,7 @@ def operation_terminate(
         ).update(outcome=OUTCOME_TERMINATED, finished_at=now)
         actor = execution_actor(op.execution_id)
         budget_mark_unknown_txn(budget=op.task.budget, op=op, actor=actor, now=now)
-        after_settle_txn(op, transitioned.task, now=now, actor=actor)
+        operation_settled_txn(op, transitioned.task, now=now, actor=actor)
     return True
 
 

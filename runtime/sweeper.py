@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from runtime.approvals import approval_expire_sweep
 from runtime.artifacts import artifact_reconcile, reconcile_due
-from runtime.children import children_sweep
+from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.outbox import outbox_sweep
 from runtime.waits import wait_sweep

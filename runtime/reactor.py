@@ -1,0 +1,93 @@
+"""What follows a settled operation, at the task level: the one place that decides what an
+operation's settling sets in motion, above compensation, cancellation and child tasks.
+
+- A compensation that succeeded marks its original ``compensated``.
+- A task that is stopping (or has ended) and has nothing active comes to rest: a cancelled task
+  becomes quiescent and terminal once its children are; an ended child's consumption replaces
+  its allocation in the parent's ledger and the parent is looked at; a task whose outcome asks
+  for compensation unwinds, one compensation at a time.
+
+Every entry point that settles an operation (acceptance, the sweeper's takeover, a person's
+resolution, the stop watchdog) calls ``operation_settled_txn`` inside its transaction; a stop
+calls ``task_rest_txn``. This module imports the concepts it coordinates and none of them
+imports it back, so no function-level import holds a cycle apart."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from runtime.actors import RUNTIME
+from runtime.budgets import child_settle_txn
+from runtime.children import children_live_txn
+from runtime.compensation import saga_next_txn, saga_wanted
+from runtime.events import TaskRow
+from runtime.models import Operation, Task
+from runtime.statemachine import operation_transition_txn, task_transition_txn
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+
+S = OperationStatus
+
+
+def operation_settled_txn(op: Operation, task: TaskRow, *, now: datetime, actor: str) -> None:
+    """Inside the settling transaction, after ``op`` reached a final status; ``task`` is the task
+    row that transition returned. Preconditions: a compensation's original was locked with it
+    (ascending id, before the task: ``compensation.operation_and_original_lock_txn``)."""
+    if op.compensates_id and op.status == S.SUCCEEDED:
+        original = Operation.objects.get(pk=op.compensates_id)
+        if original.status == S.COMPENSATING:
+            task = operation_transition_txn(
+                original, S.COMPENSATED, now=now, actor=actor, data={"compensation": op.pk}
+            ).task
+    stopping = task.cancellation == Cancellation.ACKNOWLEDGED or task.condition == "terminal"
+    if stopping and task.ops_active == 0:
+        task_rest_txn(task.id, now=now, actor=actor)
+
+
+def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
+    """Inside the caller's transaction, after any settling: a cancelled task with nothing active
+    (and no live child) becomes quiescent and terminal; an ended child settles in its parent's
+    ledger; an ended task that asked for compensation unwinds. ``actor`` is whoever's change let
+    the task come to rest."""
+    task = Task.objects.get(pk=task_id)
+    if task.ops_active:
+        return
+    if task.parent_id is not None and task.condition == TaskCondition.TERMINAL:
+        _child_ended_txn(task, now=now, actor=actor)
+    if task.cancellation == Cancellation.ACKNOWLEDGED:
+        if children_live_txn(task.pk):
+            # Structured concurrency: a parent is quiescent only once its children are.
+            return
+        task_transition_txn(
+            task,
+            now=now,
+            fields={"cancellation": Cancellation.QUIESCENT, "outcome": TaskOutcome.CANCELLED},
+            target_condition=TaskCondition.TERMINAL,
+            event_type="task.cancelled",
+            actor=actor,
+            data={"reason": task.terminal_reason},
+        )
+        task.refresh_from_db()
+        if task.parent_id is not None:
+            _child_ended_txn(task, now=now, actor=actor)
+    if task.condition == TaskCondition.TERMINAL and saga_wanted(task):
+        saga_next_txn(task.pk, now=now)
+
+
+def parent_rest(parent_id: str, *, actor: str = RUNTIME) -> None:
+    """After a child ended: the parent may now come to rest (its own transaction; ``actor`` is
+    who let the last child come to rest)."""
+    with transaction.atomic():
+        task_rest_txn(parent_id, now=timezone.now(), actor=actor)
+
+
+def _child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
+    """A child with nothing active ended: its consumption replaces its allocation's hold in the
+    parent's ledger, and the parent (maybe waiting for it) is looked at after commit."""
+    child_settle_txn(child=task, now=now)
+    parent_id = task.parent_id
+    if parent_id is None:
+        return
+    transaction.on_commit(lambda: parent_rest(parent_id, actor=actor), robust=True)
