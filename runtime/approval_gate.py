@@ -12,6 +12,7 @@ from runtime.actors import Actor
 from runtime.events import event_append_txn
 from runtime.models import Approval, Operation, Task
 from runtime.statemachine import approval_transition_txn
+from runtime.tasks import within_task_deadline
 from runtime.tools import ToolAdapter
 from runtime.transitions import ApprovalStatus
 
@@ -45,7 +46,8 @@ def approval_request_txn(
         requested_by=actor.label,
         requester_key=actor.key,
         requested_for_key=f"user:{creator}" if creator is not None else "",
-        expires_at=now + timedelta(seconds=seconds),
+        # An approval never outlives its task's deadline.
+        expires_at=within_task_deadline(now + timedelta(seconds=seconds), task.deadline),
         created_at=now,
     )
     event_append_txn(

@@ -64,8 +64,15 @@ def task_complete(actor: Actor, task_id: str, *, if_unresolved: str = "refuse") 
             blocking = live
         checks = [_merge(state, ran.get(state.name)) for state in check_states(task_id)]
         failing = [c for c in checks if not c.counts]
-        if failing or blocking:
-            refusal = _refusal(failing, blocking)
+        # Structured concurrency: a parent's success covers its children's work.
+        children = list(
+            Task.objects.filter(parent_id=task_id)
+            .exclude(condition=TaskCondition.TERMINAL)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        if failing or blocking or children:
+            refusal = _refusal(failing, blocking, children)
         else:
             outcome = TaskOutcome.UNRESOLVED if unresolved else TaskOutcome.SUCCEEDED
             task_transition_txn(
@@ -116,7 +123,9 @@ def _merge(state: CheckState, ran: CheckState | None) -> CheckState:
     return state
 
 
-def _refusal(failing: list[CheckState], blocking: list[tuple[str, str]]) -> CompletionRefused:
+def _refusal(
+    failing: list[CheckState], blocking: list[tuple[str, str]], children: list[str]
+) -> CompletionRefused:
     checks: list[dict[str, Any]] = [
         {
             "name": c.name,
@@ -137,6 +146,11 @@ def _refusal(failing: list[CheckState], blocking: list[tuple[str, str]]) -> Comp
         parts.append(
             "operations not settled: " + ", ".join(f"{o['id']} {o['status']}" for o in operations)
         )
+    if children:
+        parts.append("child tasks still going: " + ", ".join(children))
     return CompletionRefused(
-        "the task cannot succeed yet: " + " / ".join(parts), checks=checks, operations=operations
+        "the task cannot succeed yet: " + " / ".join(parts),
+        checks=checks,
+        operations=operations,
+        **({"children": children} if children else {}),
     )

@@ -24,6 +24,7 @@ from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
     NotFound,
+    TaskRefused,
     WaitNotExpired,
 )
 from runtime.events import event_append_txn
@@ -33,7 +34,7 @@ from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, status_deltas
-from runtime.tasks import task_admission_check
+from runtime.tasks import task_admission_check, within_task_deadline
 from runtime.transitions import ApprovalStatus, OperationStatus
 from runtime.worker import wake_wait
 
@@ -76,14 +77,20 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
     here (buffered) or sees the wait there (delivered), never neither.
     """
     seconds = _validate(spec)
-    task = Task.objects.filter(task_scope(actor), pk=task_id).first()
+    task = (
+        Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
+    )
     if task is None:
         raise NotFound("no such task")
     can_propose(actor, task)
     from runtime.operations import operation_key  # runtime.operations imports this module
 
+    # Like a tool operation's: a new attempt is a new pursuit, so its waits are new waits.
+    attempt = task.current_attempt.number if task.current_attempt else 1
     key = operation_key(
-        task, spec.idempotency_key or key_step(task.pk, spec.step, spec.kind, spec.intent_version)
+        task,
+        spec.idempotency_key
+        or key_step(task.pk, spec.step, spec.kind, spec.intent_version, attempt=attempt),
     )
     intent = {"kind": spec.kind, "signal": spec.signal, "timeout_seconds": seconds}
     digest = params_hash({"params": spec.params, **intent})
@@ -91,6 +98,14 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
     if existing is not None:
         return _same_or_conflict(existing, digest), False
     now = timezone.now()
+    until = now + timedelta(seconds=seconds)
+    if task.deadline is not None and until > task.deadline:
+        if spec.kind == Operation.KIND_TIMER:
+            # A timer that would fire after the task's deadline could only ever expire.
+            raise TaskRefused(
+                "the timer would fire after the task's deadline", code="deadline_exceeded"
+            )
+        until = within_task_deadline(until, task.deadline)  # a wait never outlives its task
     try:
         with transaction.atomic():
             op = Operation.objects.create(
@@ -105,7 +120,7 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
                 status=S.WAITING,
                 signal=spec.signal,
                 timeout_seconds=seconds,
-                wait_until=now + timedelta(seconds=seconds),
+                wait_until=until,
                 deadline=task.deadline,
             )
             crash_point("wait.before_register")
@@ -282,6 +297,21 @@ def _admin_op(actor: Actor, operation_id: str) -> Operation:
     return op
 
 
+def _renewal_within_task_txn(task_id: str, until: datetime) -> datetime:
+    """Under the operation's lock, then the task's (lock order): a wait of a task that no longer
+    admits work (cancelled, ended, past its deadline) is not renewed (409), and a renewal never
+    outlives the task's deadline. A paused task keeps its waits."""
+    task = Task.objects.select_for_update().get(pk=task_id)
+    task_admission_check(
+        condition=task.condition,
+        cancellation=task.cancellation,
+        paused=False,
+        deadline=task.deadline,
+        now=timezone.now(),
+    )
+    return within_task_deadline(until, task.deadline)
+
+
 def wait_renew(
     actor: Actor, operation_id: str, *, expires_in_seconds: int, reason: str
 ) -> Operation:
@@ -301,7 +331,7 @@ def wait_renew(
         now = timezone.now()
         if op.status != S.EXPIRED or op.kind != Operation.KIND_WAIT_SIGNAL:
             raise WaitNotExpired(f"the operation is {op.status}, not an expired wait")
-        until = now + timedelta(seconds=expires_in_seconds)
+        until = _renewal_within_task_txn(op.task_id, now + timedelta(seconds=expires_in_seconds))
         operation_transition_txn(
             op,
             S.WAITING,

@@ -309,17 +309,23 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
     """The decision's request starts while the approval is valid; the sweeper's expiry runs
     concurrently and waits on the operation row the gate holds; the gate's clock is read only
     after its locks, by which time the validity period is over: refused, then expired."""
+    import types
+
+    from runtime import approvals
+
     owner, operator = factories.agent(), factories.console_user("operator")
     _, op, approval = _gated(owner)
-    expires = timezone.now() + timedelta(seconds=1)
+    expires = timezone.now() + timedelta(minutes=5)
     Approval.objects.filter(pk=approval.pk).update(expires_at=expires)
     approval.refresh_from_db()
     started = {}
+    later = types.SimpleNamespace(now=lambda: expires + timedelta(seconds=1))
 
     def gate_waits_past_expiry():
-        # Reached inside the gate after its locks: let the validity period run out.
+        # Reached inside the gate after its locks: from here on the runtime's clock reads past
+        # the validity period (no real waiting, so a slow machine cannot change the order).
         started.setdefault("at", timezone.now())
-        wait_for(lambda: timezone.now() > expires, timeout=10, what="expiry")
+        approvals.timezone = later  # type: ignore[assignment]
 
     def approve():
         return _decide(operator, approval)
@@ -327,7 +333,12 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
     def sweep():
         return approval_expire_sweep()
 
-    results = _run_holding("approval.gate_locked", approve, sweep, before=gate_waits_past_expiry)
+    try:
+        results = _run_holding(
+            "approval.gate_locked", approve, sweep, before=gate_waits_past_expiry
+        )
+    finally:
+        approvals.timezone = timezone  # type: ignore[assignment]
     response = results["first"]
     assert started["at"] < expires  # the request was inside the gate before expiry
     assert response.status_code == 409, response.json()
@@ -494,3 +505,35 @@ def test_approve_and_cancel_at_once_never_leave_an_effect_after_the_cancel():
     assert op.status == "cancelled"
     assert operation_execute(op.pk) == "nothing_to_claim"
     assert _effects(op) == []
+
+
+@pytest.mark.django_db
+def test_an_expired_approval_of_an_ended_task_is_not_renewed():
+    owner, admin = factories.agent(), factories.console_user("admin")
+    task, op, approval = _gated(owner)
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert approval_expire_sweep() == 1
+    task_cancel(owner.actor, task.pk, "stop")
+    response = admin.client().post(
+        f"/api/v1/approvals/{approval.pk}/renew", {"expires_in_seconds": 600}, format="json"
+    )
+    assert response.status_code == 409, response.json()
+    assert response.json()["error"]["code"] == "task_cancelled"
+    assert Operation.objects.get(pk=op.pk).status == "expired"
+    assert Approval.objects.get(pk=approval.pk).status == "expired"
+
+
+@pytest.mark.django_db
+def test_an_approval_never_outlives_its_tasks_deadline():
+    from runtime.approvals import approval_renew
+
+    owner, admin = factories.agent(), factories.console_user("admin")
+    task = factories.task(owner, deadline_seconds=90)
+    deadline = task.deadline
+    op = factories.operation(owner, task, tool="demo.payments.charge", params=dict(BIG))
+    approval = Approval.objects.get(operation=op)
+    assert approval.expires_at == deadline  # the tool's default is an hour
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    approval_expire_sweep()
+    renewed = approval_renew(admin.actor, approval.pk, expires_in_seconds=3600, reason="more time")
+    assert renewed.expires_at == deadline

@@ -380,3 +380,19 @@ def test_reconciliation_runs_at_its_own_pace(settings):
     assert artifacts.reconcile_due(now, None)
     assert not artifacts.reconcile_due(now, now - timedelta(seconds=299))
     assert artifacts.reconcile_due(now, now - timedelta(seconds=300))
+
+
+@pytest.mark.django_db
+def test_a_parent_cannot_succeed_while_a_child_is_still_going():
+    from runtime.cancellation import task_fail
+    from runtime.errors import CompletionRefused
+
+    owner = factories.agent()
+    parent = factories.task(owner)
+    child = factories.task(owner, parent=parent.pk)
+    with pytest.raises(CompletionRefused) as refused:
+        completion.task_complete(owner.actor, parent.pk)
+    assert refused.value.details["children"] == [child.pk]
+    assert Task.objects.get(pk=parent.pk).outcome is None
+    task_fail(owner.actor, child.pk, reason="the child gave up")
+    assert completion.task_complete(owner.actor, parent.pk).outcome == "succeeded"

@@ -352,3 +352,46 @@ def test_a_late_signal_never_waits_for_a_stop_holding_its_expired_wait():
 
     assert answer.disposition == "late"
     assert stopped.result(timeout=1).cancellation != "none"  # raises a deadlock, if any
+
+
+def test_bulk_decisions_over_rest_racing_a_cancel_do_not_deadlock():
+    """Items listed in descending operation order: were the whole bulk one transaction, its
+    locks would pile up across items (higher operation, then task, then the lower operation)
+    against the cancel's order (operations ascending, then task). Each item commits alone."""
+    from runtime.models import Approval
+
+    owner, operator = factories.agent(), factories.console_user("operator")
+    task = factories.task(owner)
+    ops = sorted(
+        (
+            factories.operation(
+                owner,
+                task,
+                step=f"pay-{i}",
+                tool="demo.payments.charge",
+                params={"account": f"a{i}", "amount_cents": 20000 + i},
+            )  # fmt: skip
+            for i in range(2)
+        ),
+        key=lambda o: o.pk,
+    )
+    approvals = [Approval.objects.get(operation=op) for op in reversed(ops)]
+    body = {
+        "decisions": [
+            {"approval": a.pk, "decision": "approve", "reason": "", "params_hash": a.params_hash}
+            for a in approvals
+        ]
+    }
+    with gate_at("approval.before_commit", "bulk") as gate:
+        bulk_thread, bulk = in_thread(
+            lambda: operator.client().post("/api/v1/approvals/decisions", body, format="json"),
+            name="bulk",
+        )
+        assert gate.reached.wait(timeout=30)
+        cancel_thread, cancel = in_thread(lambda: task_cancel(owner.actor, task.pk, "stop"))
+        wait_until_blocked_on_a_lock("the cancel to wait for the bulk's first item")
+        gate.release()
+        response = bulk.result(timeout=60)
+        cancel.result(timeout=60)  # raises if the cancel died (deadlock detected)
+    assert response.status_code == 200, response.content
+    assert Task.objects.get(pk=task.pk).cancellation != "none"

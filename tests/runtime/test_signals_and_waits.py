@@ -298,3 +298,49 @@ def test_a_short_timer_is_woken_by_its_hint_on_a_real_worker_without_the_sweeper
         what="the timer's hint to wake it",
     )
     assert Event.objects.filter(task=task, type="timer.fired").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_wait_never_outlives_its_tasks_deadline_and_a_timer_past_it_is_refused():
+    from runtime.errors import TaskRefused
+
+    owner = factories.agent()
+    task = factories.task(owner, deadline_seconds=60)
+    wait = _wait(owner, task, timeout_seconds=3600)
+    assert wait.wait_until == task.deadline
+    with pytest.raises(TaskRefused) as refused:
+        factories.operation(owner, task, kind="timer", tool="", timeout_seconds=3600)
+    assert refused.value.code == "deadline_exceeded"
+    assert not Operation.objects.filter(task=task, kind="timer").exists()
+    timer = factories.operation(owner, task, kind="timer", tool="", timeout_seconds=30)
+    assert timer.wait_until < task.deadline
+
+
+@pytest.mark.django_db
+def test_an_expired_wait_of_an_ended_task_is_not_renewed():
+    owner, admin = factories.agent(), factories.console_user("admin")
+    task = factories.task(owner)
+    wait = _wait(owner, task)
+    Operation.objects.filter(pk=wait.pk).update(wait_until=timezone.now())
+    wait_sweep()
+    assert Operation.objects.get(pk=wait.pk).status == "expired"
+    owner.client().post(f"/api/v1/tasks/{task.pk}/cancel", {"reason": "x"}, format="json")
+    response = admin.client().post(
+        f"/api/v1/waits/{wait.pk}/renew", {"expires_in_seconds": 600}, format="json"
+    )
+    assert response.status_code == 409, response.json()
+    assert Operation.objects.get(pk=wait.pk).status == "expired"
+
+
+@pytest.mark.django_db
+def test_a_new_attempt_waits_anew_under_its_own_key():
+    from runtime.attempts import attempt_create
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    first = _wait(owner, task, step="confirm")
+    attempt_create(owner.actor, task.pk, reason="again")
+    second = _wait(owner, task, step="confirm")
+    assert second.pk != first.pk
+    assert second.idempotency_key != first.idempotency_key
+    assert second.attempt_id != first.attempt_id
