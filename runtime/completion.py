@@ -148,9 +148,7 @@ def _refusal(
         )
     if children:
         parts.append("child tasks still going: " + ", ".join(children))
-    return CompletionRefused(
-        "the task cannot succeed yet: " + " / ".join(parts),
-        checks=checks,
-        operations=operations,
-        **({"children": children} if children else {}),
-    )
+    details: dict[str, Any] = {"checks": checks, "operations": operations}
+    if children:
+        details["children"] = children
+    return CompletionRefused("the task cannot succeed yet: " + " / ".join(parts), **details)

@@ -370,7 +370,7 @@ def test_bulk_decisions_over_rest_racing_a_cancel_do_not_deadlock():
                 step=f"pay-{i}",
                 tool="demo.payments.charge",
                 params={"account": f"a{i}", "amount_cents": 20000 + i},
-            )  # fmt: skip
+            )
             for i in range(2)
         ),
         key=lambda o: o.pk,
@@ -383,12 +383,12 @@ def test_bulk_decisions_over_rest_racing_a_cancel_do_not_deadlock():
         ]
     }
     with gate_at("approval.before_commit", "bulk") as gate:
-        bulk_thread, bulk = in_thread(
+        _, bulk = in_thread(
             lambda: operator.client().post("/api/v1/approvals/decisions", body, format="json"),
             name="bulk",
         )
         assert gate.reached.wait(timeout=30)
-        cancel_thread, cancel = in_thread(lambda: task_cancel(owner.actor, task.pk, "stop"))
+        _, cancel = in_thread(lambda: task_cancel(owner.actor, task.pk, "stop"))
         wait_until_blocked_on_a_lock("the cancel to wait for the bulk's first item")
         gate.release()
         response = bulk.result(timeout=60)
