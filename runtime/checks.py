@@ -219,14 +219,17 @@ class OperationCheck(Checker):
                 "key": subject.storage_key,
             },
         }
+        # One check run per bytes and attempt: a run that failed or timed out stays the answer
+        # for these bytes in this attempt, and a new attempt (a new pursuit) checks them anew.
+        attempt = ctx.task.current_attempt.number if ctx.task.current_attempt else 1
+        key = f"{ctx.task.pk}:check:{ctx.name}:{hexdigest}" + (
+            f":a{attempt}" if attempt > 1 else ""
+        )
         op, _ = operation_propose(
             ctx.actor,
             ctx.task.pk,
             OperationSpec(
-                tool=config["tool"],
-                params=params,
-                step=f"check:{ctx.name}",
-                idempotency_key=f"{ctx.task.pk}:check:{ctx.name}:{hexdigest}",
+                tool=config["tool"], params=params, step=f"check:{ctx.name}", idempotency_key=key
             ),
         )
         return operation_verdict(op, subject)

@@ -451,3 +451,16 @@ def test_artifact_stage_events_carry_the_tasks_version(fs_artifacts):
     before = stages["artifact.staged"]
     assert before >= 1 and stages["artifact.stored"] == before
     assert stages["artifact.accepted"] == before + 1 == version(task)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweeper_reconciles_artifacts_on_its_own_schedule(fs_artifacts, settings):
+    from runtime import sweeper
+
+    settings.ARTIFACT_RETENTION_SECONDS = 0
+    sweeper._last_reconcile.clear()
+    orphan = _orphan(b"nobody registered these bytes")
+    assert sweeper.sweep_once()["artifacts_deleted"] == 1
+    assert orphan not in {k for k, _ in store.content_listing()}
+    _orphan(b"a second orphan")
+    assert "artifacts_deleted" not in sweeper.sweep_once()  # not due again yet

@@ -396,3 +396,25 @@ def test_a_parent_cannot_succeed_while_a_child_is_still_going():
     assert Task.objects.get(pk=parent.pk).outcome is None
     task_fail(owner.actor, child.pk, reason="the child gave up")
     assert completion.task_complete(owner.actor, parent.pk).outcome == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_check_operation_that_failed_runs_again_in_a_new_attempt(fs_artifacts):
+    from runtime.attempts import attempt_create
+    from runtime.models import Operation
+
+    alice = factories.agent()
+    config = {"artifact": "report.json", "tool": "check.json_schema", "params": {"schema": SCHEMA}}
+    task = factories.task(
+        alice, required_checks=[{"name": "shape", "checker": "operation", "config": config}]
+    )
+    accept_json(alice, task, {"summary": "ok"})
+    [first] = refusal_of(alice, task).details["checks"]
+    first_op = first["reason"].split()[-1]
+    Operation.objects.filter(pk=first_op).update(status="failed")  # the checker's run failed
+    [failed] = refusal_of(alice, task).details["checks"]
+    assert failed["reason"] != first["reason"]  # these bytes, this attempt: failed, not rerun
+    attempt_create(alice.actor, task.pk, reason="try again")
+    [again] = refusal_of(alice, task).details["checks"]
+    assert again["reason"].startswith("running as operation op_")
+    assert again["reason"].split()[-1] != first_op
