@@ -12,13 +12,16 @@ close code a refused websocket gets.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.db import transaction
 from django.db.models import Sum
+from django.test.utils import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -235,10 +238,7 @@ class World:
     token_id: str
 
 
-@pytest.fixture
-def world(settings) -> World:
-    # Passwords are hashed for every console user; the fast hasher keeps 300 cells quick.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _world_build() -> World:
     owner, other = factories.agent(), factories.agent()
     people = {role: factories.console_user(role) for role in ("operator", "support", "admin")}
     task = factories.task(owner, budget={"cost_cents": 100})
@@ -279,6 +279,33 @@ def world(settings) -> World:
         effect_key=charge.idempotency_key,
         token_id=token_issue_for_agent("matrix-victim").token.pk,
     )
+
+
+# Passwords are hashed for every console user; the fast hasher keeps the world quick to build.
+_FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="class")
+def shared_world(django_db_setup: Any, django_db_blocker: Any) -> Iterator[World]:
+    """One world for every HTTP cell, built once inside an outer transaction that is rolled
+    back at the end (as Django's setUpTestData does): each cell runs in a savepoint of it, so
+    whatever a cell's request changes is undone before the next cell, and ~600 cells do not
+    each rebuild five principals, a task and its operations."""
+    with django_db_blocker.unblock(), override_settings(PASSWORD_HASHERS=_FAST_HASHER):
+        outer = transaction.atomic()
+        outer.__enter__()
+        built = _world_build()
+    yield built
+    with django_db_blocker.unblock():
+        transaction.set_rollback(True)
+        outer.__exit__(None, None, None)
+
+
+@pytest.fixture
+def world(transactional_db: Any) -> World:
+    """A committed world, for cells whose requests run on other connections (websockets)."""
+    with override_settings(PASSWORD_HASHERS=_FAST_HASHER):
+        return _world_build()
 
 
 def _snapshot() -> tuple[Any, ...]:
@@ -345,36 +372,41 @@ def _is_refusal(expected: Any) -> bool:
     return expected == LOGIN or (isinstance(expected, int) and expected in (401, 403, 404))
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize(("method", "route", "principal", "expected"), _http_cells())
-def test_http_cell(world, method, route, principal, expected):
-    client = _client(principal, world)
-    path = _path(route, world)
-    body = dict(BODIES.get((method, route), {}))
-    if "resolve" in route:
-        body["state_version"] = world.unresolved_op.state_version
-    if route == "api/v1/approvals/decisions":
-        item = {"approval": world.approval.pk, "decision": "deny", "reason": "matrix"}
-        body = {"decisions": [item]}
-    if route == "approvals/bulk":
-        body = {"decision": "deny", "reason": "matrix", "selected": world.approval.pk + "|"}
-    before = _snapshot()
-    if method == "GET":
-        params = {"key": world.effect_key} if "effects" in route else {}
-        response = client.get(path, params)
-    elif route.startswith("api/"):
-        response = client.post(path, body, format="json")
-    else:
-        response = client.post(path, body, format="multipart")  # a console form
-    if expected == LOGIN:
-        assert response.status_code == 302, (response.status_code, response.content[:300])
-        assert response["Location"].startswith("/login/")
-    else:
-        assert response.status_code == expected, (response.status_code, response.content[:300])
-        if route.startswith("api/v1/") and response.status_code >= 400:
-            assert set(response.json()) == {"error"}
-    if _is_refusal(expected):
-        assert _snapshot() == before, "a refused request changed something"
+class TestHttpCells:
+    """The HTTP cells share one world (``shared_world``, torn down with this class, before the
+    websocket cells, which need a committed world of their own)."""
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(("method", "route", "principal", "expected"), _http_cells())
+    def test_http_cell(self, shared_world, method, route, principal, expected):
+        world = shared_world
+        client = _client(principal, world)
+        path = _path(route, world)
+        body = dict(BODIES.get((method, route), {}))
+        if "resolve" in route:
+            body["state_version"] = world.unresolved_op.state_version
+        if route == "api/v1/approvals/decisions":
+            item = {"approval": world.approval.pk, "decision": "deny", "reason": "matrix"}
+            body = {"decisions": [item]}
+        if route == "approvals/bulk":
+            body = {"decision": "deny", "reason": "matrix", "selected": world.approval.pk + "|"}
+        before = _snapshot()
+        if method == "GET":
+            params = {"key": world.effect_key} if "effects" in route else {}
+            response = client.get(path, params)
+        elif route.startswith("api/"):
+            response = client.post(path, body, format="json")
+        else:
+            response = client.post(path, body, format="multipart")  # a console form
+        if expected == LOGIN:
+            assert response.status_code == 302, (response.status_code, response.content[:300])
+            assert response["Location"].startswith("/login/")
+        else:
+            assert response.status_code == expected, (response.status_code, response.content[:300])
+            if route.startswith("api/v1/") and response.status_code >= 400:
+                assert set(response.json()) == {"error"}
+        if _is_refusal(expected):
+            assert _snapshot() == before, "a refused request changed something"
 
 
 def _ws_cells() -> list[Any]:
@@ -387,7 +419,7 @@ def _ws_cells() -> list[Any]:
 
 
 @pytest.mark.parametrize(("route", "principal", "expected"), _ws_cells())
-def test_websocket_cell(transactional_db, world, route, principal, expected):
+def test_websocket_cell(world, route, principal, expected):
     from console.asgi import application
 
     headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
@@ -406,7 +438,7 @@ def test_websocket_cell(transactional_db, world, route, principal, expected):
             connected, code = await comm.connect(timeout=10)
             if not connected:
                 return code
-            if await comm.receive_nothing(timeout=1):
+            if await comm.receive_nothing(timeout=0.5):
                 return OPEN  # a quiet feed: open, nothing to say yet
             message = await comm.receive_output(timeout=10)
             if message["type"] == "websocket.close":
