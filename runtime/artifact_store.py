@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,8 @@ from typing import IO, Any
 
 from django.core.files import File
 from django.core.files.storage import Storage, storages
+
+from runtime.crashpoints import crash_point
 
 CHUNK = 1024 * 1024
 PREFIX = "sha256/"
@@ -117,12 +120,18 @@ def content_put(key: str, fileobj: IO[bytes], *, measured: Measured, media_type:
         return True
     if storage.exists(key):
         return False
-    # FileSystemStorage creates the file exclusively: a concurrent writer of the same key gets
-    # another name back, which here means "already stored".
-    saved = storage.save(key, File(fileobj, name=key))
-    if saved != key:
-        storage.delete(saved)
-        return False
+    # The bytes go to a private name first and are then linked under the key in one step, so
+    # the key never names a half-written file (a crash mid-write, or a second upload of the
+    # same bytes reading while the first writes). A private file left by a crash is an orphan
+    # like any other: the reconciler lists it and deletes it after the retention period.
+    partial = storage.save(f"{key}.part-{uuid.uuid4().hex}", File(fileobj, name=key))
+    crash_point("artifact.before_link")
+    try:
+        os.link(storage.path(partial), storage.path(key))
+    except FileExistsError:
+        return False  # a concurrent upload of the same bytes linked them first
+    finally:
+        storage.delete(partial)
     return True
 
 

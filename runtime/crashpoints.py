@@ -31,6 +31,7 @@ POINTS = frozenset(
         "signal.task_locked",  # a signal holds the task row, before looking for a late wait
         "control.applied",  # a pause/resume/steer is written under the task lock, not committed
         "claim.approval_released",  # a gated claim released its approval, not yet moved the op
+        "artifact.before_link",  # bytes written under a private name, not yet under their key
         "artifact.awaiting_deletion",  # an upload waits for the reconciler to delete its bytes
         "reconcile.before_delete",  # the reconciler committed its decision, not yet deleted
     }

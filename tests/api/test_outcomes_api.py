@@ -213,7 +213,7 @@ def test_an_upload_replayed_with_its_idempotency_key_stores_once(fs_artifacts):
 
 @pytest.mark.postgres
 def test_a_large_upload_over_a_real_socket_round_trips(transactional_db, tmp_path, fs_artifacts):
-    """Through daphne: a body larger than Django keeps in memory (it spools to disk), streamed
+    """Through uvicorn: a body larger than Django keeps in memory (it spools to disk), streamed
     into storage, verified, and downloaded back byte for byte."""
     import httpx
 

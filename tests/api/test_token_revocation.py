@@ -1,5 +1,5 @@
 """A revoked token fails on its next request, and an event stream it opened ends within
-TOKEN_RECHECK_SECONDS (over a real socket, against daphne). Issuing and revoking are audited
+TOKEN_RECHECK_SECONDS (over a real socket, against uvicorn). Issuing and revoking are audited
 with the actor who did it."""
 
 from __future__ import annotations

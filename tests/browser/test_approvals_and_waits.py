@@ -1,6 +1,6 @@
 """Operators and admins in a real browser: a request appears live on /approvals/, is approved and
 the charge happens once at the receiver; an edit is approved by a second operator; an admin
-renews an expired wait. Real daphne, real workers, real Chromium."""
+renews an expired wait. The real ASGI server (uvicorn), real workers, real Chromium."""
 
 from __future__ import annotations
 

@@ -107,3 +107,35 @@ def factories_task_outcome(task_id: str) -> str | None:
     from runtime.models import Task
 
     return Task.objects.get(pk=task_id).outcome
+
+
+def test_a_hung_call_that_may_have_had_an_effect_goes_to_a_person_when_ended(workers):
+    """The same watchdog on a call that is not pure: it may have charged, so ending it cannot
+    say "cancelled". The operation goes to support staff (unresolved), its invocation is
+    terminated, and its hold in the ledger becomes unknown, never free."""
+    from runtime.models import BudgetMeter
+
+    workers.start(count=1, concurrency=1, CANCEL_GRACE_SECONDS=1, **FAST)
+    owner = factories.agent()
+    task = factories.task(owner, budget={"cost_cents": 10000})
+    op = factories.operation(
+        owner,
+        task,
+        tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 500, "_fault": "hang"},
+        estimate={"cost_cents": 500},
+    )
+    wait_for(
+        lambda: Invocation.objects.filter(operation=op, number=1).exists(),
+        timeout=60,
+        what="the charge to start",
+    )
+    task_cancel(owner.actor, task.pk, "stop now")
+    wait_for(
+        lambda: Operation.objects.get(pk=op.pk).status == "unresolved",
+        timeout=60,
+        what="the watchdog to end the call",
+    )
+    assert Invocation.objects.get(operation=op, number=1).outcome == "terminated"
+    meter = BudgetMeter.objects.get(attempt_id=task.current_attempt_id, meter="cost_cents")
+    assert (meter.reserved, meter.unknown) == (0, 500)

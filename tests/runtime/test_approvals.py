@@ -537,3 +537,24 @@ def test_an_approval_never_outlives_its_tasks_deadline():
     approval_expire_sweep()
     renewed = approval_renew(admin.actor, approval.pk, expires_in_seconds=3600, reason="more time")
     assert renewed.expires_at == deadline
+
+
+@pytest.mark.django_db
+def test_the_gate_refuses_release_on_a_task_past_its_deadline_or_ended():
+    from runtime.models import Task
+
+    owner, operator = factories.agent(), factories.console_user("operator")
+    late_task, late_op, late = _gated(owner)
+    Task.objects.filter(pk=late_task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    response = _decide(operator, late)
+    assert response.status_code == 409, response.json()
+    assert response.json()["error"]["code"] == "deadline_exceeded"
+    assert Approval.objects.get(pk=late.pk).status == "pending"
+    assert not OutboxMessage.objects.filter(operation=late_op).exists()
+
+    ended_task, ended_op, ended = _gated(owner)
+    Task.objects.filter(pk=ended_task.pk).update(condition="terminal", outcome="failed")
+    response = _decide(operator, ended)
+    assert response.status_code == 409, response.json()
+    assert response.json()["error"]["code"] == "task_terminal"
+    assert not OutboxMessage.objects.filter(operation=ended_op).exists()

@@ -464,3 +464,33 @@ def test_the_sweeper_reconciles_artifacts_on_its_own_schedule(fs_artifacts, sett
     assert orphan not in {k for k, _ in store.content_listing()}
     _orphan(b"a second orphan")
     assert "artifacts_deleted" not in sweeper.sweep_once()  # not due again yet
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_key_never_names_half_written_bytes_on_the_filesystem(fs_artifacts, settings):
+    """While one upload is between writing its bytes and linking them under their key, the key
+    names nothing; a second upload of the same bytes is stored meanwhile, and the first finds
+    them there. A private file a crashed writer left is reclaimed like any orphan."""
+    from tests.concurrency import gate_at, in_thread
+
+    alice = factories.agent()
+    task = factories.task(alice)
+    data = b"written under a private name first" * 1000
+    key = store.content_key(hashlib.sha256(data).hexdigest())
+    with gate_at("artifact.before_link", "first") as gate:
+        _, first = in_thread(lambda: upload(alice, task, data, name="first.bin"), "first")
+        wait_for(gate.reached.is_set, what="the first upload to write its bytes")
+        assert not store.artifact_storage().exists(key)
+        second = upload(alice, task, data, name="second.bin")
+        assert second.status == "stored" and read_back(second) == data
+        gate.release()
+        assert first.result(timeout=30).status == "stored"
+    assert [k for k, _ in store.content_listing()] == [key]  # no private file left behind
+
+    leftover = Path(fs_artifacts) / f"{key}.part-crashed"
+    leftover.write_bytes(data[:100])
+    past = time.time() - 7200
+    os.utime(leftover, (past, past))
+    settings.ARTIFACT_RETENTION_SECONDS = 3600
+    assert artifacts.artifact_reconcile()["deleted"] == 1
+    assert not leftover.exists() and read_back(second) == data
