@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import ExpressionWrapper, F, FloatField, Q, Sum
 
 from runtime.errors import BudgetExhausted, InvalidInput
 from runtime.models import Attempt, BudgetHold, BudgetMeter, Operation, Task, UsageRecord
@@ -484,15 +484,17 @@ def budget_meters(task: Task, attempt_id: str | None = None) -> list[MeterView]:
 def tasks_near_limit(threshold: float = 0.8, limit: int = 20) -> list[tuple[str, str, float]]:
     """(task id, meter, used fraction) of live tasks whose current attempt has a meter at least
     ``threshold`` used (reserved + posted + unknown), the fullest first."""
+    # Filtered and ordered in the database, so the fullest are found however many tasks have a
+    # budget (a slice before the filter would miss them).
+    used = ExpressionWrapper(
+        (F("reserved") + F("posted") + F("unknown")) * 1.0 / F("limit"), output_field=FloatField()
+    )
     rows = (
         BudgetMeter.objects.filter(attempt_id=F("task__current_attempt_id"), limit__gt=0)
         .exclude(task__condition="terminal")
-        .values_list("task_id", "meter", "limit", "reserved", "posted", "unknown")[:500]
+        .annotate(used=used)
+        .filter(used__gte=threshold)
+        .order_by("-used", "task_id")
+        .values_list("task_id", "meter", "used")[:limit]
     )
-    near = []
-    for task_id, name, lim, reserved, posted, unknown in rows:
-        used = (reserved + posted + unknown) / lim
-        if used >= threshold:
-            near.append((task_id, name, used))
-    near.sort(key=lambda r: -r[2])
-    return near[:limit]
+    return [(task_id, name, float(fraction)) for task_id, name, fraction in rows]

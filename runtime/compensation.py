@@ -4,11 +4,15 @@ original moves succeeded -> compensating -> compensated, and both stay in the jo
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
 from runtime.actors import SAGA
-from runtime.errors import Conflict
+from runtime.budgets import budget_reserve_txn, task_budget
+from runtime.errors import BudgetExhausted, Conflict
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.keys import key_compensation
@@ -19,6 +23,7 @@ from runtime.tools import adapters
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
+log = logging.getLogger(__name__)
 
 
 class CompensationNotPossible(Conflict):
@@ -69,6 +74,8 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
         status=S.PENDING,
         max_attempts=tool.max_attempts,
         compensates=original,
+        # Undoing costs about what doing did; the hold below is taken on this estimate.
+        estimate=dict(original.estimate or {}),
     )
     event_append_txn(
         task_id=original.task_id,
@@ -80,8 +87,27 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
         actor=actor,
         data={"tool": tool.name, "step": compensation.step, "compensates": original.pk},
     )
+    _cleanup_hold_txn(compensation, now=now)
     outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=compensation.pk, now=now)
     return compensation
+
+
+def _cleanup_hold_txn(compensation: Operation, *, now: datetime) -> None:
+    """Hold the compensation's estimate, drawing on the cleanup reserve ordinary work may not
+    touch (that is what the reserve is kept for). Cleanup is never refused for money: when even
+    the reserve cannot cover it, it runs without a hold (in a savepoint, so nothing of the
+    refused hold remains) and its observed usage is posted when it settles."""
+    try:
+        with transaction.atomic():
+            budget_reserve_txn(
+                budget=task_budget(compensation.task_id),
+                op=compensation,
+                number=0,
+                now=now,
+                cleanup=True,
+            )
+    except BudgetExhausted:
+        log.warning("compensation %s runs without a hold: the budget is spent", compensation.pk)
 
 
 def saga_next_txn(task_id: str, *, now: datetime) -> Operation | None:

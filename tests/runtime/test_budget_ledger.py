@@ -210,6 +210,31 @@ def test_the_cleanup_reserve_is_kept_from_ordinary_work_but_not_from_cleanup():
     assert amounts(task) == (100, 0, 0)
 
 
+def test_a_compensation_holds_its_estimate_from_the_cleanup_reserve():
+    from runtime.compensation import compensation_start_txn
+    from runtime.models import BudgetHold, Operation
+
+    alice = factories.agent()
+    task = factories.task(alice, budget={"cost_cents": 100})
+    charge = factories.operation(
+        alice,
+        task,
+        tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 5},
+        estimate={"cost_cents": 8},
+    )
+    Operation.objects.filter(pk=charge.pk).update(status="succeeded", result={"id": "ch_1"})
+    factories.operation(alice, task, estimate={"cost_cents": 82})  # ordinary work: 90 in all
+    with pytest.raises(BudgetExhausted):
+        factories.operation(alice, task, estimate={"cost_cents": 1})
+    charge.refresh_from_db()
+    with transaction.atomic():
+        refund = compensation_start_txn(charge, actor="system:saga", now=timezone.now())
+    # The undo is held out of the reserve ordinary work could not touch.
+    assert BudgetHold.objects.get(operation=refund, status="held").amount == 8
+    assert meter(task).reserved == 98
+
+
 def test_an_unbudgeted_task_costs_the_ledger_no_statement(django_assert_num_queries):
     alice = factories.agent()
     task = factories.task(alice)
@@ -285,3 +310,22 @@ def test_a_retry_that_fits_keeps_its_hold_for_the_next_call(settings):
     op.refresh_from_db()
     assert op.status == "retry_scheduled"
     assert amounts(task) == (10, 2, 0)
+
+
+def test_tasks_near_a_limit_are_found_in_the_database_fullest_first():
+    from runtime.budgets import tasks_near_limit
+
+    alice = factories.agent()
+    tasks = {}
+    for name, held in (("half", 50), ("most", 85), ("full", 90), ("nearly", 80)):
+        tasks[name] = factories.task(alice, name, budget={"cost_cents": 100})
+        factories.operation(alice, tasks[name], estimate={"cost_cents": held})
+    near = tasks_near_limit(threshold=0.8, limit=2)
+    assert [(t, m) for t, m, _ in near] == [
+        (tasks["full"].pk, "cost_cents"),
+        (tasks["most"].pk, "cost_cents"),
+    ]
+    assert near[0][2] == pytest.approx(0.9)
+    assert {t for t, _, _ in tasks_near_limit(threshold=0.8)} == {
+        tasks[n].pk for n in ("full", "most", "nearly")
+    }
