@@ -40,7 +40,7 @@ from runtime.models import Approval, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
-from runtime.tasks import task_admission_check, within_task_deadline
+from runtime.tasks import task_admission_check, task_renewal_txn, within_task_deadline
 from runtime.tools import adapter_for
 from runtime.transitions import ApprovalStatus, OperationStatus
 
@@ -293,17 +293,7 @@ def approval_renew(
         now = timezone.now()
         if approval.status != A.EXPIRED or op.status != S.EXPIRED:
             raise WaitNotExpired(f"the approval is {approval.status}, not expired")
-        # The task last (lock order): a task that no longer admits work renews nothing (409),
-        # and a renewal never outlives its deadline.
-        task = Task.objects.select_for_update().get(pk=op.task_id)
-        task_admission_check(
-            condition=task.condition,
-            cancellation=task.cancellation,
-            paused=False,  # a paused task keeps its waits; the gate refuses release meanwhile
-            deadline=task.deadline,
-            now=now,
-        )
-        expires = within_task_deadline(now + timedelta(seconds=expires_in_seconds), task.deadline)
+        expires = task_renewal_txn(op.task_id, now + timedelta(seconds=expires_in_seconds), now)
         approval_transition_txn(approval, A.PENDING, now=now, fields={"expires_at": expires})
         operation_transition_txn(
             op,

@@ -221,6 +221,22 @@ def within_task_deadline(expires_at: datetime, deadline: datetime | None) -> dat
     return expires_at if deadline is None else min(expires_at, deadline)
 
 
+def task_renewal_txn(task_id: str, until: datetime, now: datetime) -> datetime:
+    """For renewing something that waits on the task's behalf (an expired approval or wait):
+    lock the task row (after the operation's: lock order) and refuse (409) when the task no
+    longer admits work (cancelled, ended, past its deadline); a paused task keeps its waits.
+    Returns ``until`` capped at the task's deadline."""
+    task = Task.objects.select_for_update().get(pk=task_id)
+    task_admission_check(
+        condition=task.condition,
+        cancellation=task.cancellation,
+        paused=False,
+        deadline=task.deadline,
+        now=now,
+    )
+    return within_task_deadline(until, task.deadline)
+
+
 def task_counts() -> dict[tuple[str, str | None], int]:
     """Tasks by (condition, outcome) for the dashboard, from the counters the database keeps
     (a few rows, whatever the number of tasks; no count over the task table)."""

@@ -34,7 +34,7 @@ from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, status_deltas
-from runtime.tasks import task_admission_check, within_task_deadline
+from runtime.tasks import task_admission_check, task_renewal_txn, within_task_deadline
 from runtime.transitions import ApprovalStatus, OperationStatus
 from runtime.worker import wake_wait
 
@@ -297,21 +297,6 @@ def _admin_op(actor: Actor, operation_id: str) -> Operation:
     return op
 
 
-def _renewal_within_task_txn(task_id: str, until: datetime) -> datetime:
-    """Under the operation's lock, then the task's (lock order): a wait of a task that no longer
-    admits work (cancelled, ended, past its deadline) is not renewed (409), and a renewal never
-    outlives the task's deadline. A paused task keeps its waits."""
-    task = Task.objects.select_for_update().get(pk=task_id)
-    task_admission_check(
-        condition=task.condition,
-        cancellation=task.cancellation,
-        paused=False,
-        deadline=task.deadline,
-        now=timezone.now(),
-    )
-    return within_task_deadline(until, task.deadline)
-
-
 def wait_renew(
     actor: Actor, operation_id: str, *, expires_in_seconds: int, reason: str
 ) -> Operation:
@@ -331,7 +316,7 @@ def wait_renew(
         now = timezone.now()
         if op.status != S.EXPIRED or op.kind != Operation.KIND_WAIT_SIGNAL:
             raise WaitNotExpired(f"the operation is {op.status}, not an expired wait")
-        until = _renewal_within_task_txn(op.task_id, now + timedelta(seconds=expires_in_seconds))
+        until = task_renewal_txn(op.task_id, now + timedelta(seconds=expires_in_seconds), now)
         operation_transition_txn(
             op,
             S.WAITING,
