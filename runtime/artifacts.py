@@ -170,11 +170,20 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
         raise
     try:
         store.content_put(key, content, measured=measured, media_type=media_type)
-        crash_point("artifact.after_put")
-        problem = store.content_verify(key, measured)
     except Exception as exc:
         _fail(artifact, f"storage error: {type(exc).__name__}", actor.label)
         raise StorageUnavailable("the artifact storage did not take the bytes") from exc
+    try:
+        crash_point("artifact.after_put")
+        problem = store.content_verify(key, measured)
+    except Exception as exc:
+        # The storage took the bytes but could not read them back just now: the row stays
+        # staged, and the reconciler verifies and recovers it after the staging grace, as it
+        # does for an upload whose process died here.
+        raise StorageUnavailable(
+            "the bytes were stored but could not be read back yet; the artifact is recovered "
+            f"once they verify (id {artifact.pk})"
+        ) from exc
     if problem is not None:
         _fail(artifact, problem, actor.label)
         raise StorageUnavailable(f"the stored bytes did not verify: {problem}")

@@ -116,6 +116,25 @@ def test_bytes_that_do_not_verify_after_the_write_fail_the_upload(fs_artifacts, 
     assert row.status == "failed" and "do not match" in row.status_reason
 
 
+@pytest.mark.django_db(transaction=True)
+def test_bytes_stored_but_not_readable_back_yet_are_recovered_not_failed(fs_artifacts, settings):
+    settings.ARTIFACT_STAGING_GRACE_SECONDS = 60
+    alice = factories.agent()
+    task = factories.task(alice)
+
+    def read_error() -> None:
+        raise OSError("the storage did not answer the read-back")
+
+    with crash_point_installed("artifact.after_put", read_error), pytest.raises(StorageUnavailable):
+        upload(alice, task, b"stored, then the read-back failed")
+    row = Artifact.objects.get(task=task)
+    assert row.status == "staged" and row.storage_key
+    counts = artifacts.artifact_reconcile(timezone.now() + timedelta(seconds=120))
+    assert counts["recovered"] == 1
+    row.refresh_from_db()
+    assert row.status == "stored" and read_back(row) == b"stored, then the read-back failed"
+
+
 # --- names, media types, size ---------------------------------------------------------------
 
 
