@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_init, worker_process_shutdown
-from django.db import connections
+from celery.signals import task_prerun, worker_process_init, worker_process_shutdown
+from django.db import close_old_connections, connections
 
 log = logging.getLogger(__name__)
 _heartbeat_stop = threading.Event()
@@ -27,6 +27,13 @@ def _child_started(**_: Any) -> None:
         heartbeat_thread_start(execution_id, _heartbeat_stop)
     except Exception:
         log.warning("could not register this worker process", exc_info=True)
+
+
+@task_prerun.connect
+def _connections_checked(**_: Any) -> None:
+    # Connections are reused across tasks (CELERY_DB_REUSE_MAX): drop one that broke (a database
+    # restart) or outlived CONN_MAX_AGE, as Django does at the start of each request.
+    close_old_connections()
 
 
 @worker_process_shutdown.connect

@@ -1,0 +1,28 @@
+"""A worker process keeps its database connection from one task to the next: Celery's Django
+fixup would otherwise close it after every task, and each operation would pay for a new
+PostgreSQL connection (a server backend started per operation)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from celery.fixups.django import DjangoWorkerFixup
+from django.db import connection
+
+from console.celery import app
+from runtime import worker
+
+pytestmark = pytest.mark.django_db(transaction=True)  # no atomic block: close() really closes
+
+
+def test_the_database_connection_survives_the_fixups_per_task_hooks():
+    fixup = DjangoWorkerFixup(app)
+    task = types.SimpleNamespace(request=types.SimpleNamespace(is_eager=False))
+    connection.ensure_connection()
+    opened = connection.connection
+    for _ in range(10):  # ten tasks' worth of the hooks Celery calls around each task
+        fixup.on_task_prerun(sender=task)
+        worker._connections_checked()
+        fixup.on_task_postrun(sender=task)
+    assert connection.connection is opened
