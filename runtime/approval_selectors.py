@@ -92,6 +92,17 @@ def params_diff(approval: Approval) -> list[dict[str, Any]]:
     return rows
 
 
+def pending_approval_tools(limit: int = 50) -> list[str]:
+    """The tools of pending requests, for the approvals page's filter."""
+    return sorted(
+        set(
+            Approval.objects.filter(status=ApprovalStatus.PENDING)
+            .values_list("tool", flat=True)
+            .distinct()[:limit]
+        )
+    )
+
+
 def pending_approval_count() -> int:
     return Approval.objects.filter(
         status=ApprovalStatus.PENDING, operation__status=OperationStatus.WAITING_APPROVAL

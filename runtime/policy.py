@@ -150,13 +150,22 @@ def can_resolve(actor: Actor) -> None:
 def can_decide_approval(actor: Actor, approval: Approval) -> None:
     """For the release gate: a person holding, now, the role the tool's policy names, who is
     neither the requester (nor the user it acts for) nor the editor of this proposal."""
-    now_actor = fresh(actor)
-    if now_actor.kind != "user" or not now_actor.has_role(approval.approver_role):
-        raise NotAuthorized(f"deciding needs the {approval.approver_role} role")
-    if now_actor.key in (approval.requester_key, approval.requested_for_key):
-        raise NotAuthorized("the requester may not approve its own request")
-    if approval.editor_key and now_actor.key == approval.editor_key:
-        raise NotAuthorized("the editor of a proposal may not approve it")
+    refusal = approval_decision_refusal(fresh(actor), approval)
+    if refusal is not None:
+        raise NotAuthorized(refusal)
+
+
+def approval_decision_refusal(actor: Actor, approval: Approval) -> str | None:
+    """The rule of ``can_decide_approval`` on the roles ``actor`` carries (pure): why it may not
+    decide, or None. A page listing many requests reads the person's roles once (``fresh``)
+    and asks this per row; the gate itself always goes through ``can_decide_approval``."""
+    if actor.kind != "user" or not actor.has_role(approval.approver_role):
+        return f"deciding needs the {approval.approver_role} role"
+    if actor.key in (approval.requester_key, approval.requested_for_key):
+        return "the requester may not approve its own request"
+    if approval.editor_key and actor.key == approval.editor_key:
+        return "the editor of a proposal may not approve it"
+    return None
 
 
 def can_edit_approval(actor: Actor) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -270,6 +271,25 @@ def expired_waits(actor: Actor, limit: int = 200) -> list[Operation]:
         Q(kind=Operation.KIND_WAIT_SIGNAL) | Q(approvals__status=ApprovalStatus.EXPIRED)
     )
     return list(qs.select_related("task").distinct().order_by("updated_at", "id")[:limit])
+
+
+@dataclass(frozen=True)
+class ExpiredWait:
+    operation: Operation
+    approval: Approval | None  # the expired approval request; None for a signal wait
+
+
+def expired_waits_with_approvals(actor: Actor, limit: int = 200) -> list[ExpiredWait]:
+    """``expired_waits`` with each one's expired approval, read in one query for the page."""
+    ops = expired_waits(actor, limit=limit)
+    approvals = {
+        a.operation_id: a
+        for a in Approval.objects.filter(
+            operation_id__in=[op.pk for op in ops if op.approval_required],
+            status=ApprovalStatus.EXPIRED,
+        )
+    }
+    return [ExpiredWait(op, approvals.get(op.pk)) for op in ops]
 
 
 def expired_wait_count() -> int:

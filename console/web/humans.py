@@ -19,9 +19,9 @@ from console.web.views import console_view, json_text, time_left
 from runtime import approvals, control, policy, waits
 from runtime import events as journal
 from runtime.actors import Actor
-from runtime.approval_selectors import approval_list, params_diff
+from runtime.approval_selectors import approval_list, params_diff, pending_approval_tools
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
-from runtime.models import Approval, Operation
+from runtime.models import Operation
 from runtime.transitions import ApprovalStatus
 
 _CODES = {
@@ -39,18 +39,11 @@ def _filters(request: HttpRequest) -> dict[str, str]:
     }
 
 
-def _refusal(actor: Actor, approval: Approval) -> str | None:
-    """Why this person may not decide this request (policy.can_decide_approval), or None: the
-    page offers no decision it would refuse (the requester, the editor, a role without it)."""
-    try:
-        policy.can_decide_approval(actor, approval)
-    except NotAuthorized as exc:
-        return exc.message
-    return None
-
-
 def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:
     now = timezone.now()
+    # The roles are read once for the page; each row then asks the policy's pure rule why this
+    # person may not decide it (the page offers no decision the gate would refuse).
+    person = policy.fresh(actor)
     rows = []
     for a in approval_list(
         actor,
@@ -71,7 +64,7 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 ],
                 "amount": f"{amount / 100:,.2f}" if isinstance(amount, int) else None,
                 "left": time_left(a.expires_at, now),
-                "refusal": _refusal(actor, a),
+                "refusal": policy.approval_decision_refusal(person, a),
             }
         )
     return rows
@@ -79,13 +72,7 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
 
 def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     filters = _filters(request)
-    tools = sorted(
-        set(
-            Approval.objects.filter(status=ApprovalStatus.PENDING)
-            .values_list("tool", flat=True)
-            .distinct()[:50]
-        )
-    )
+    tools = pending_approval_tools()
     query = urlencode({k: v for k, v in filters.items() if v})
     return {
         "rows": _approval_rows(actor, filters),
@@ -211,12 +198,8 @@ def approval_edit(request: HttpRequest, actor: Actor, approval_id: str) -> HttpR
 
 def _waits_context(actor: Actor) -> dict[str, Any]:
     rows = []
-    for op in waits.expired_waits(actor):
-        approval = (
-            Approval.objects.filter(operation=op, status=ApprovalStatus.EXPIRED).first()
-            if op.approval_required
-            else None
-        )
+    for wait in waits.expired_waits_with_approvals(actor):
+        op, approval = wait.operation, wait.approval
         rows.append(
             {
                 "op": op,

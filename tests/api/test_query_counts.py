@@ -81,3 +81,58 @@ def test_queries_do_not_grow_with_rows():
         if small != large:
             growing[name] = (small, large)
     assert not growing, f"queries (2 rows, 6 rows) grow with the rows: {growing}"
+
+
+def _gated_and_expired(owner, task, n: int) -> None:
+    """``n`` pending approval requests, ``n`` expired ones and ``n`` expired signal waits."""
+    from django.utils import timezone
+
+    from runtime.approvals import approval_expire_sweep
+    from runtime.models import Approval
+    from runtime.waits import wait_sweep
+
+    for i in range(n):
+        for state in ("pending", "expired"):
+            gated = factories.operation(
+                owner,
+                task,
+                tool="demo.payments.charge",
+                params={"account": f"{state}-{i}", "amount_cents": 20000 + i},
+            )
+            if state == "expired":
+                Approval.objects.filter(operation=gated).update(expires_at=timezone.now())
+        wait = factories.operation(owner, task, kind="wait_signal", tool="", signal=f"s{i}")
+        Operation.objects.filter(pk=wait.pk).update(wait_until=timezone.now())
+    wait_sweep()
+    approval_expire_sweep()
+
+
+PEOPLE_REQUESTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "GET /api/v1/approvals": lambda w: w["operator"].client().get("/api/v1/approvals"),
+    "GET /api/v1/waits": lambda w: w["admin"].client().get("/api/v1/waits"),
+    "page /approvals/": lambda w: w["browser"].get("/approvals/"),
+    "fragment /fragments/approvals": lambda w: w["browser"].get("/fragments/approvals"),
+    "page /waits/": lambda w: w["browser"].get("/waits/"),
+    "fragment /fragments/waits": lambda w: w["browser"].get("/fragments/waits"),
+}
+
+
+def test_the_human_queues_do_not_grow_with_their_rows():
+    """Measured with 2 requests of each kind, then again after 4 more: the same count."""
+    from django.contrib.auth import get_user_model
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    operator = factories.console_user("operator")
+    admin = factories.console_user("admin")
+    browser = Client()
+    browser.force_login(get_user_model().objects.get(pk=admin.actor.user_id))
+    world = {"operator": operator, "admin": admin, "browser": browser}
+    for principal in (operator, admin):
+        assert principal.client().get("/api/v1/tasks").status_code == 200
+    _gated_and_expired(owner, task, 2)
+    small = {name: _queries(lambda r=r: r(world)) for name, r in PEOPLE_REQUESTS.items()}
+    _gated_and_expired(owner, task, 4)
+    large = {name: _queries(lambda r=r: r(world)) for name, r in PEOPLE_REQUESTS.items()}
+    growing = {name: (small[name], large[name]) for name in small if small[name] != large[name]}
+    assert not growing, f"queries (2 rows, 6 rows) grow with the rows: {growing}"
