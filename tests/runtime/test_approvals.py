@@ -20,8 +20,6 @@ from runtime.sandbox import receivers
 from tests import factories
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.postgres]
-
 
 @pytest.fixture(autouse=True)
 def _fresh_execution():
@@ -222,6 +220,7 @@ def test_an_edit_is_a_new_proposal_that_needs_its_own_approval_not_by_the_editor
     assert [e["amount_cents"] for e in _effects(op)] == [20000]
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_two_operators_deciding_at_once_one_decision_stands():
     owner = factories.agent()
@@ -304,6 +303,7 @@ def _someone_waits_on_a_lock() -> bool:
         return bool(cur.fetchone()[0])
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_after_it():
     """The decision's request starts while the approval is valid; the sweeper's expiry runs
@@ -350,6 +350,7 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
     assert not OutboxMessage.objects.filter(operation=op).exists()
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_expiry_that_holds_the_row_first_makes_the_concurrent_approval_409():
     owner, operator = factories.agent(), factories.console_user("operator")
@@ -365,6 +366,7 @@ def test_expiry_that_holds_the_row_first_makes_the_concurrent_approval_409():
     assert op.status == "expired"
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_approval_racing_cancellation_no_effect_once_the_cancel_is_accepted():
     """The approval commits first while the cancel waits for the task row; the cancel then stops
@@ -468,6 +470,7 @@ def test_a_claim_without_a_covering_approval_refuses_to_run():
     assert _effects(op) == []
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_approve_and_cancel_at_once_never_leave_an_effect_after_the_cancel():
     """Both start together (a barrier, no ordering imposed): whichever wins, the operation ends

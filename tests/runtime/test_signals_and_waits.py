@@ -19,8 +19,6 @@ from runtime.waits import wait_sweep
 from tests import factories
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.postgres]
-
 
 def _wait(owner, task, name="approved-by-customer", **spec):
     return factories.operation(owner, task, kind="wait_signal", tool="", signal=name, **spec)
@@ -178,6 +176,7 @@ def _blocked_on_a_lock() -> bool:
         return bool(cur.fetchone()[0])
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_a_signal_between_the_waits_creation_and_its_registration_is_buffered_then_consumed():
     """The wait's row exists (uncommitted) but it has not taken the task lock yet; the signal
@@ -199,6 +198,7 @@ def test_a_signal_between_the_waits_creation_and_its_registration_is_buffered_th
     assert op.status == "succeeded" and op.result["event_id"] == "evt-race"
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_a_signal_arriving_while_the_wait_holds_the_task_lock_is_delivered():
     """The registration holds the task lock (not committed); the signal waits for it, then sees
@@ -218,6 +218,7 @@ def test_a_signal_arriving_while_the_wait_holds_the_task_lock_is_delivered():
     assert op.status == "succeeded" and op.result["payload"] == {"n": 2}
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_two_copies_of_one_event_at_once_one_is_the_duplicate():
     owner = factories.agent()
@@ -284,6 +285,7 @@ def test_only_admins_renew_transform_or_end_expired_waits():
     assert ended.json()["condition"] == "terminal" and ended.json()["outcome"] == "cancelled"
 
 
+@pytest.mark.workers
 @pytest.mark.workers
 @pytest.mark.django_db(transaction=True)
 def test_a_short_timer_is_woken_by_its_hint_on_a_real_worker_without_the_sweeper(workers):

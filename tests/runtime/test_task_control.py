@@ -23,8 +23,6 @@ from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.postgres]
-
 
 @pytest.fixture(autouse=True)
 def _fresh_execution():
@@ -118,6 +116,7 @@ def test_control_is_refused_for_other_agents_and_support_and_on_ended_tasks():
 
 
 @pytest.mark.workers
+@pytest.mark.workers
 @pytest.mark.django_db(transaction=True)
 def test_paused_work_delivered_to_a_real_worker_waits_and_runs_once_after_resume(workers):
     owner = factories.agent()
@@ -148,6 +147,7 @@ def test_paused_work_delivered_to_a_real_worker_waits_and_runs_once_after_resume
     assert len(receivers.effects_under("payments", op.idempotency_key)) == 1
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_a_pause_that_commits_while_the_claim_is_under_way_still_stops_the_dispatch(settings):
     """The claim has read the task (not paused yet); the pause commits; the claim then takes the
@@ -197,6 +197,7 @@ def test_work_in_flight_when_paused_finishes_and_is_accepted():
     assert accepted.status == "succeeded"
 
 
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
 @pytest.mark.django_db(transaction=True)
 def test_the_one_statement_claim_waiting_on_a_pause_holding_the_task_row_is_refused():
     """The pause holds the task row, not yet committed; the hot path's single claim statement
