@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from runtime.models import Task
 from runtime.transitions import TaskCondition
@@ -20,10 +20,18 @@ from runtime.transitions import TaskCondition
 log = logging.getLogger(__name__)
 
 
+def _children_live(task_id: str) -> QuerySet[Task]:
+    """The task's children that still run or may still run something."""
+    return Task.objects.filter(parent_id=task_id).filter(
+        ~Q(condition=TaskCondition.TERMINAL) | Q(ops_active__gt=0)
+    )
+
+
 def children_live_txn(task_id: str) -> bool:
     """Whether any child of the task still runs or may still run something."""
-    return (
-        Task.objects.filter(parent_id=task_id)
-        .filter(~Q(condition=TaskCondition.TERMINAL) | Q(ops_active__gt=0))
-        .exists()
-    )
+    return _children_live(task_id).exists()
+
+
+def children_live_ids(task_id: str) -> list[str]:
+    """The live children's ids, for a refusal that names them."""
+    return list(_children_live(task_id).order_by("id").values_list("id", flat=True))

@@ -16,6 +16,7 @@ from django.utils import timezone
 from runtime.actors import Actor
 from runtime.artifacts import may_write
 from runtime.checks import CheckState, check_states, task_checks_run
+from runtime.children import children_live_ids
 from runtime.errors import CompletionRefused, InvalidInput, NotAuthorized, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Operation, Task
@@ -65,12 +66,7 @@ def task_complete(actor: Actor, task_id: str, *, if_unresolved: str = "refuse") 
         checks = [_merge(state, ran.get(state.name)) for state in check_states(task_id)]
         failing = [c for c in checks if not c.counts]
         # Structured concurrency: a parent's success covers its children's work.
-        children = list(
-            Task.objects.filter(parent_id=task_id)
-            .exclude(condition=TaskCondition.TERMINAL)
-            .order_by("id")
-            .values_list("id", flat=True)
-        )
+        children = children_live_ids(task_id)
         if failing or blocking or children:
             refusal = _refusal(failing, blocking, children)
         else:

@@ -41,7 +41,9 @@ def operation_settled_txn(op: Operation, task: TaskRow, *, now: datetime, actor:
             task = operation_transition_txn(
                 original, S.COMPENSATED, now=now, actor=actor, data={"compensation": op.pk}
             ).task
-    stopping = task.cancellation == Cancellation.ACKNOWLEDGED or task.condition == "terminal"
+    stopping = (
+        task.cancellation == Cancellation.ACKNOWLEDGED or task.condition == TaskCondition.TERMINAL
+    )
     if stopping and task.ops_active == 0:
         task_rest_txn(task.id, now=now, actor=actor)
 
