@@ -27,6 +27,8 @@ S = OperationStatus
 log = logging.getLogger(__name__)
 
 TASK_GROUP = "task.{task_id}"
+# How long the hint sender gathers hints before a flush (see _HintSender).
+HINT_LINGER_SECONDS = 0.05
 FEED_GROUP = "feed"
 
 
@@ -159,7 +161,14 @@ def event_hint(task_id: str, seq: int, type: str) -> None:
 
 class _HintSender:
     """One daemon thread per process with a long-lived event loop: the channel layer keeps its
-    connections on that loop, and callers only enqueue (microseconds, never blocking)."""
+    connections on that loop, and callers only record the hint (microseconds, never blocking).
+
+    Hints coalesce: a hint only wakes a reader, which then reads the journal from its cursor, so
+    of the hints a task gathers before the loop flushes only the newest is sent, and the feed gets
+    one per flush. Under load this turns one ``group_send`` pair per event (several Redis round
+    trips each, and the loop's CPU competing with the committing worker) into one per task per
+    flush. A flush starts HINT_LINGER_SECONDS after the first hint it carries: a person's page
+    moves that much later, imperceptibly, and a burst of events costs a handful of sends."""
 
     MAX_PENDING = 10_000
 
@@ -167,7 +176,8 @@ class _HintSender:
         self._pid = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._layer: Any = None
-        self._pending = 0
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._scheduled = False
         self._lock = threading.Lock()
 
     def _start(self) -> bool:
@@ -182,6 +192,7 @@ class _HintSender:
         thread = threading.Thread(target=loop.run_forever, name="journal-hints", daemon=True)
         thread.start()
         self._loop, self._layer, self._pid = loop, layer, os.getpid()
+        self._pending, self._scheduled = {}, False
         return True
 
     def send(self, message: dict[str, Any]) -> None:
@@ -189,23 +200,32 @@ class _HintSender:
             with self._lock:
                 if self._pid != os.getpid() and not self._start():
                     return
-                if self._pending >= self.MAX_PENDING:
+                task = message["task"]
+                if task not in self._pending and len(self._pending) >= self.MAX_PENDING:
                     return
-                self._pending += 1
-            assert self._loop is not None
-            asyncio.run_coroutine_threadsafe(self._deliver(message), self._loop)
+                self._pending[task] = message
+                if self._scheduled:
+                    return
+                self._scheduled = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(
+                loop.call_later, HINT_LINGER_SECONDS, lambda: loop.create_task(self._flush())
+            )
         except Exception:  # a hint must never fail the committed work it reports
             log.debug("journal hint not sent", exc_info=True)
 
-    async def _deliver(self, message: dict[str, Any]) -> None:
+    async def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self._scheduled = False
         try:
-            await self._layer.group_send(TASK_GROUP.format(task_id=message["task"]), message)
-            await self._layer.group_send(FEED_GROUP, message)
+            for task, message in pending.items():
+                await self._layer.group_send(TASK_GROUP.format(task_id=task), message)
+            if pending:
+                await self._layer.group_send(FEED_GROUP, message)
         except Exception:
             log.debug("journal hint not delivered", exc_info=True)
-        finally:
-            with self._lock:
-                self._pending -= 1
 
 
 _hints = _HintSender()

@@ -51,7 +51,7 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
-from runtime.tasks import task_admission_check
+from runtime.tasks import task_admission_check, task_for_proposal
 from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
 from runtime.transitions import OPERATION, OperationStatus
 from runtime.waits import wait_propose
@@ -108,9 +108,7 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
         return wait_propose(actor, task_id, spec)
     _validate(spec)
-    task = (
-        Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
-    )
+    task = task_for_proposal(actor, task_id)
     if task is None:
         raise NotFound("no such task")
     can_propose(actor, task)
@@ -118,7 +116,7 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     adapter.validate(spec.params)
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     # A new attempt is a new pursuit: its derived keys carry the attempt number.
-    attempt_number = task.current_attempt.number if task.current_attempt else 1
+    attempt_number = getattr(task, "attempt_number", None) or 1
     key = operation_key(
         task,
         spec.idempotency_key

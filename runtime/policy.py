@@ -52,6 +52,19 @@ def task_scope(actor: Actor, prefix: str = "") -> Q:
     return Q(**{f"{prefix}pk__in": []})
 
 
+def task_scope_sql(actor: Actor, alias: str) -> tuple[str, list[Any]]:
+    """``task_scope`` as an SQL condition on the task table under ``alias`` (for the hot path's
+    hand-written reads, where compiling a queryset would cost more than running it). The same
+    rule: tests/runtime/test_policy.py checks both forms select the same tasks."""
+    if actor.kind == "agent":
+        return f"{alias}.agent_id = %s", [actor.agent_id]
+    if actor.kind == "system" or actor.is_console:
+        return "1 = 1", []
+    if actor.kind == "user":
+        return f"{alias}.created_by_id = %s", [actor.user_id]
+    return "1 = 0", []
+
+
 def fresh(actor: Actor) -> Actor:
     """The actor with its roles read now: a right decided for a person is decided on the roles it
     holds at that moment, not the ones cached when its session or request began."""

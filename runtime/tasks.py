@@ -21,7 +21,13 @@ from runtime.budgets import (
 from runtime.errors import InvalidInput, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Task
-from runtime.policy import can_create_child, can_create_task, can_read_budget, task_scope
+from runtime.policy import (
+    can_create_child,
+    can_create_task,
+    can_read_budget,
+    task_scope,
+    task_scope_sql,
+)
 from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
@@ -134,6 +140,21 @@ def task_get(actor: Actor, task_id: str) -> Task:
     if task is None:
         raise NotFound("no such task")
     return task
+
+
+_PROPOSAL_TASK_SQL = (
+    "SELECT t.*, a.number AS attempt_number FROM runtime_task t "
+    "LEFT JOIN runtime_attempt a ON a.id = t.current_attempt_id WHERE t.id = %s AND "
+)
+
+
+def task_for_proposal(actor: Actor, task_id: str) -> Task | None:
+    """The task a proposal goes into, if the actor may see it, with its current attempt's number
+    as ``attempt_number`` (None without one). Written as SQL because it runs once per proposal,
+    where compiling the equivalent queryset cost more CPU than the query itself."""
+    scope, params = task_scope_sql(actor, "t")
+    rows = list(Task.objects.raw(_PROPOSAL_TASK_SQL + scope, [task_id, *params]))
+    return rows[0] if rows else None
 
 
 def task_budget_read(actor: Actor, task_id: str) -> tuple[Task, list[MeterView]]:

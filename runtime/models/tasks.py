@@ -112,8 +112,8 @@ class Attempt(models.Model):
 
 class TaskCount(models.Model):
     """How many tasks are in each (condition, outcome), kept by database triggers on the task
-    table (so no code path can forget it), in a few shards per pair so concurrent transitions
-    of different tasks seldom wait on one counter row. The dashboard sums these few rows
+    table (so no code path can forget it), one shard per writing backend on PostgreSQL so
+    concurrent transactions never wait on (or deadlock over) one counter row (migration 0010). The dashboard sums these few rows
     instead of counting every task on each refresh."""
 
     condition = models.CharField(max_length=16)

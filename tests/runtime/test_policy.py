@@ -89,3 +89,25 @@ def test_a_role_taken_away_is_gone_at_the_next_decision(people):
     assert "admin" in admin.roles
     with pytest.raises(NotAuthorized):
         policy.can_manage_tokens(admin)
+
+
+def test_the_scope_rule_in_sql_selects_what_the_queryset_selects(people):
+    """The hot path reads a proposal's task with hand-written SQL (policy.task_scope_sql): for
+    every kind of actor it must see exactly the tasks task_scope lets it see."""
+    from dataclasses import replace
+
+    from runtime.actors import SYSTEM, Actor
+    from runtime.models import Task
+
+    for owner in ("owner", "other", "creator"):
+        factories.task(people[owner])
+    roleless = replace(people["creator"], roles=frozenset())
+    actors = [*people.values(), roleless, SYSTEM, Actor(kind="stranger", name="x")]
+    seen = []
+    for actor in actors:
+        scope, params = policy.task_scope_sql(actor, "t")
+        raw = Task.objects.raw(f"SELECT t.* FROM runtime_task t WHERE {scope}", params)  # noqa: S611
+        expected = set(Task.objects.filter(policy.task_scope(actor)).values_list("pk", flat=True))
+        assert {t.pk for t in raw} == expected, actor
+        seen.append(len(expected))
+    assert 0 in seen and 1 in seen and 3 in seen  # the table has teeth: none, own, all
