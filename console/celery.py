@@ -44,7 +44,9 @@ app.conf.update(
         "interval_max": 0.5,
     },
     task_default_queue=settings.CELERY_QUEUE,
-    task_queues=[Queue(settings.CELERY_QUEUE)],
+    task_queues=[
+        Queue(q) for q in dict.fromkeys([settings.CELERY_QUEUE, *settings.TOOL_QUEUES.values()])
+    ],
     task_serializer="json",
     accept_content=["json"],
     worker_hijack_root_logger=False,

@@ -189,6 +189,21 @@ def _env_map(name: str) -> dict[str, int]:
     return out
 
 
+def _env_names(name: str) -> dict[str, str]:
+    """``tool_class=queue,other=queue2`` -> {tool_class: queue, other: queue2}."""
+    out: dict[str, str] = {}
+    for part in (os.environ.get(name) or "").split(","):
+        if "=" in part:
+            key, _, value = part.partition("=")
+            if key.strip() and value.strip():
+                out[key.strip()] = value.strip()
+    return out
+
+
+# A queue per tool class: operations of a class named here are published to its own Celery
+# queue (workers choose theirs with -Q), so slow or rate-limited tools cannot starve quick
+# ones; every other class goes to CELERY_QUEUE.
+TOOL_QUEUES = _env_names("TOOL_QUEUES")
 # Admission control per tool class: at most N running at once, at most M admitted and waiting.
 TOOL_CONCURRENCY = _env_map("TOOL_CONCURRENCY")
 TOOL_QUEUE_CAPACITY = _env_map("TOOL_QUEUE_CAPACITY")

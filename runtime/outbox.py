@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -41,20 +42,35 @@ def outbox_consume_txn(operation_id: str) -> None:
     OutboxMessage.objects.filter(operation_id=operation_id).delete()
 
 
+def queues_for(operation_ids: list[str]) -> dict[str, str]:
+    """The Celery queue of each operation whose tool class has one of its own (TOOL_QUEUES);
+    the rest go to the default queue. One query, and none when no class has a queue."""
+    if not settings.TOOL_QUEUES or not operation_ids:
+        return {}
+    from runtime.admission import tool_class_of
+    from runtime.models import Operation
+
+    tools = Operation.objects.filter(pk__in=operation_ids).values_list("pk", "tool")
+    routed = {pk: settings.TOOL_QUEUES.get(tool_class_of(tool)) for pk, tool in tools}
+    return {pk: queue for pk, queue in routed.items() if queue}
+
+
 def outbox_publish(messages: list[OutboxMessage]) -> int:
     """Hand committed rows to the broker. A failure leaves the row for the sweeper."""
     from runtime.worker import execute_operation
 
     sent = 0
     now = timezone.now()
+    routes = queues_for([m.operation_id for m in messages if m.operation_id])
     for message in messages:
         delay = (message.available_at - now).total_seconds()
         if delay > _COUNTDOWN_LIMIT:
             continue
+        # None: the default queue (task_default_queue).
+        queue: Any = routes.get(message.operation_id or "")
         try:
             execute_operation.apply_async(
-                args=(message.operation_id, message.pk),
-                countdown=max(0.0, delay),
+                args=(message.operation_id, message.pk), countdown=max(0.0, delay), queue=queue
             )
             sent += 1
         except Exception:

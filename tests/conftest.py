@@ -166,7 +166,9 @@ class WorkerPool:
     tmp: Path
     workers: list[Worker] = field(default_factory=list)
 
-    def start(self, count: int = 1, concurrency: int = 1, **env: Any) -> list[Worker]:
+    def start(
+        self, count: int = 1, concurrency: int = 1, queues: str = "", **env: Any
+    ) -> list[Worker]:
         from runtime.models import Execution
 
         started = []
@@ -176,7 +178,7 @@ class WorkerPool:
             cmd = [
                 sys.executable, "-m", "celery", "-A", "console", "worker",
                 "--pool", "prefork", "--concurrency", str(concurrency),
-                "-Q", settings.CELERY_QUEUE, "--loglevel", "INFO",
+                "-Q", queues or settings.CELERY_QUEUE, "--loglevel", "INFO",
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "-n", f"test-{n}-{os.getpid()}@%h",
             ]  # fmt: skip

@@ -113,8 +113,8 @@ class Attempt(models.Model):
 class TaskCount(models.Model):
     """How many tasks are in each (condition, outcome), kept by database triggers on the task
     table (so no code path can forget it), one shard per writing backend on PostgreSQL so
-    concurrent transactions never wait on (or deadlock over) one counter row (migration 0010). The dashboard sums these few rows
-    instead of counting every task on each refresh."""
+    concurrent transactions never wait on (or deadlock over) one counter row (migration 0010).
+    The dashboard sums these few rows instead of counting every task on each refresh."""
 
     condition = models.CharField(max_length=16)
     outcome = models.CharField(max_length=16, blank=True, default="")  # "" for none yet

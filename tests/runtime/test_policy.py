@@ -106,7 +106,7 @@ def test_the_scope_rule_in_sql_selects_what_the_queryset_selects(people):
     seen = []
     for actor in actors:
         scope, params = policy.task_scope_sql(actor, "t")
-        raw = Task.objects.raw(f"SELECT t.* FROM runtime_task t WHERE {scope}", params)  # noqa: S611
+        raw = Task.objects.raw(f"SELECT t.* FROM runtime_task t WHERE {scope}", params)
         expected = set(Task.objects.filter(policy.task_scope(actor)).values_list("pk", flat=True))
         assert {t.pk for t in raw} == expected, actor
         seen.append(len(expected))

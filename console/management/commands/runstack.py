@@ -68,7 +68,8 @@ class Command(BaseCommand):
                 "--concurrency",
                 str(settings.WORKERS),
                 "-Q",
-                settings.CELERY_QUEUE,
+                # One worker pool for every queue here; per-class pools are a deployment choice.
+                ",".join(dict.fromkeys([settings.CELERY_QUEUE, *settings.TOOL_QUEUES.values()])),
                 "--without-gossip",
                 "--without-mingle",
                 "-n",
