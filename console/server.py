@@ -134,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
         help="trust X-Forwarded-Proto/For from FORWARDED_ALLOW_IPS (behind a TLS proxy)",
     )
     args = parser.parse_args(argv)
+    # This process pools its database connections (console.settings.database_pooled says why),
+    # set before anything connects: uvicorn imports the application below.
+    from django.conf import settings
+
+    from console.settings import database_pooled
+
+    database_pooled(settings.DATABASES["default"], int(os.environ.get("DB_POOL_MAX") or 20))
     uvicorn.run(
         "console.asgi:application",
         host=args.host,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
@@ -103,6 +104,21 @@ TEMPLATES = [
 ]
 
 
+def database_pooled(database: dict[str, Any], max_size: int) -> None:
+    """Make ``database`` (a PostgreSQL DATABASES entry) pool its connections, in a process that
+    has not connected yet: the web server (console.server). ASGI runs each request's sync code
+    in a thread of its own, where a persistent connection is never reused, so every request
+    opened a PostgreSQL backend of its own. Workers keep their one persistent connection."""
+    if max_size <= 0 or database.get("ENGINE") != "django.db.backends.postgresql":
+        return
+    database["CONN_MAX_AGE"] = 0  # Django's pool and persistent connections do not mix
+    database["OPTIONS"] = {
+        **database.get("OPTIONS", {}),
+        "application_name": "agent-console-web",
+        "pool": {"min_size": 1, "max_size": max_size, "timeout": 10},
+    }
+
+
 def _database_from_url(url: str) -> dict[str, object]:
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql", "pgsql"):
@@ -115,8 +131,8 @@ def _database_from_url(url: str) -> dict[str, object]:
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
-        # One connection per process, kept across requests and Celery tasks; the psycopg pool is
-        # deliberately not used (it does not mix with persistent connections, PITFALLS.md).
+        # One persistent connection per process, kept across Celery tasks; the web server
+        # pools instead (database_pooled): the two do not mix, PITFALLS.md.
         "CONN_MAX_AGE": _env_int("CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
         "OPTIONS": options,

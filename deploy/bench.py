@@ -10,8 +10,10 @@ Parts (each figure the median of BENCH_ROUNDS rounds unless said otherwise):
 - plain Celery: no-op tasks per second (deploy/bench_celery.py), ``ignore_result``, prefork;
 - DBOS Transact: single-step workflows per second (deploy/bench_dbos.py), its own system
   database on the same server, BENCH_DBOS_THREADS threads (default 4 per worker process);
-- REST: proposals per second over HTTP from BENCH_API_CLIENTS clients against the ASGI server of
-  the app (started by ``serve_app``), each POST with an ``Idempotency-Key``; p99;
+- REST: proposals per second over HTTP from BENCH_API_CLIENTS clients against the app's web
+  server (console.server, started by ``serve_app``), each POST with an ``Idempotency-Key``; p99;
+  its transaction ids per proposal count the savepoint around the proposal inside the request's
+  transaction as a second id (a subtransaction id, not a second commit);
 - reads: p99 ms of the task list and of one task's timeline with BENCH_READ_EVENTS journal events
   (default 1,000,000, seeded once by generate_series and kept in the bench database);
 - the chart: ours and plain Celery against worker processes (BENCH_CHART_WORKERS, 1,2,4).
@@ -171,11 +173,12 @@ def process_log() -> Any:
 
 
 def serve_app(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """The one place the bench starts the app's ASGI server (daphne today, as `make run` does)."""
+    """The one place the bench starts the app's web server: console.server (uvicorn, with its
+    pool of database connections), as `make run` and deploy/ start it."""
     return subprocess.Popen(
         [
-            *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-            "console.asgi:application",
+            *(sys.executable, "-m", "console.server", "--host", "127.0.0.1"),
+            *("--port", str(port)),
         ],
         cwd=ROOT,
         env=env,

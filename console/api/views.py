@@ -8,6 +8,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import UnsupportedMediaType
@@ -402,6 +403,25 @@ def _float(raw: str | None, default: float) -> float:
         raise InvalidInput("max_seconds must be a number") from None
 
 
+def _released(fn: Any) -> Any:
+    """``fn`` run for a long-lived stream: its database connection goes back afterwards (to the
+    web server's pool: close_old_connections closes a connection that is not kept, and a pooled
+    one never is), so open streams do not each hold one of the pool's connections while they
+    wait for a hint."""
+
+    def run(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return run
+
+
+_events_after = _released(journal.events_after)
+_token_is_live = _released(token_is_live)
+
+
 async def _sse(
     task_id: str, after: int, max_seconds: float, *, token_id: str | None = None
 ) -> AsyncIterator[bytes]:
@@ -435,11 +455,11 @@ async def _sse(
         while loop.time() - started < max_seconds:
             if token_id is not None and loop.time() - checked >= settings.TOKEN_RECHECK_SECONDS:
                 checked = loop.time()
-                if not await sync_to_async(token_is_live)(token_id):
+                if not await sync_to_async(_token_is_live)(token_id):
                     revoked = {"error": {"code": "not_authenticated", "message": "token revoked"}}
                     yield f"event: error\ndata: {json.dumps(revoked)}\n\n".encode()
                     return
-            rows = await sync_to_async(journal.events_after)(task_id, last, 200)
+            rows = await sync_to_async(_events_after)(task_id, last, 200)
             for event in rows:
                 body = json.dumps(s.event_out(event), separators=(",", ":"))
                 yield f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()

@@ -134,3 +134,41 @@ def test_an_unknown_api_path_is_404_in_the_error_format(server):
     status, reason, headers, body = raw_http(server.url, request_bytes("GET", "/api/v1/nope"))
     assert (status, reason) == (404, "Not Found")
     assert _error(status, reason, headers, body)["code"] == "not_found"
+
+
+def test_the_web_server_serves_requests_from_a_pool_of_database_connections(server):
+    """ASGI runs each request's sync code in a thread of its own, where Django's persistent
+    connection is never reused: without the pool every request opened (and soon dropped) a
+    PostgreSQL backend of its own. With it, the web server's backends stay open between requests
+    and a run of requests is served by the few it has."""
+    import urllib.request
+
+    from django.db import connection
+
+    owner = factories.agent()
+
+    def get() -> None:
+        request = urllib.request.Request(f"{server.url}/api/v1/tasks", headers=owner.headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+
+    def web_backends() -> list[tuple[int, object]]:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pid, backend_start FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = %s",
+                ["agent-console-web"],
+            )
+            return list(cur.fetchall())
+
+    get()
+    with connection.cursor() as cur:
+        cur.execute("SELECT now()")
+        since = cur.fetchone()[0]
+    for _ in range(20):
+        get()
+    backends = web_backends()
+    assert backends, "the web server keeps no pooled connection"
+    # A request may start before the last one handed its connection back, so the pool can grow
+    # by one or two; never by one backend per request.
+    assert len([pid for pid, started in backends if started > since]) <= 5, backends
