@@ -3,9 +3,15 @@ reading of datetimes that a raw cursor returns (SQLite hands back naive text).""
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 
 class TransactionOpen(RuntimeError):
@@ -31,3 +37,37 @@ def db_datetime(value: datetime | str | None) -> datetime | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value
+
+
+# PostgreSQL's answers to contention that a retry of the whole transaction resolves:
+# serialization_failure, deadlock_detected, lock_not_available.
+_CONTENTION_SQLSTATES = {"40001", "40P01", "55P03"}
+
+
+def is_contention(exc: BaseException) -> bool:
+    """Whether a database error only says concurrent transactions got in the way (the
+    transaction rolled back and may be run again), as opposed to a fault of the statement."""
+    from django.db import OperationalError
+
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _CONTENTION_SQLSTATES:
+        return True
+    # SQLite: another connection holds the write lock past the busy timeout.
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+def contention_retry(fn: Callable[[], T], *, attempts: int = 3) -> T:
+    """Run ``fn`` (a whole transaction of its own: no transaction may be open around it) again
+    when the database rolled it back for contention, after a short jittered pause; any other
+    error, or contention on the last attempt, propagates. A worker's claim or report that lost a
+    deadlock is then retried at once instead of waiting for the sweeper to announce it again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts or not is_contention(exc):
+                raise
+            time.sleep(random.uniform(0.005, 0.03) * attempt)
+    raise AssertionError("unreachable")

@@ -138,6 +138,16 @@ class UnsupportedMediaType(DomainError):
     code = "unsupported_media_type"
 
 
+class DatabaseBusy(DomainError):
+    """The database gave up on this request's transaction because of concurrent ones (a
+    deadlock it broke, a lock it would not wait longer for, a busy SQLite file). The transaction
+    rolled back, so nothing changed and the same request may simply be sent again."""
+
+    status = 503
+    code = "busy"
+    retry_after = 1
+
+
 class StorageUnavailable(DomainError):
     """The artifact storage could not be reached or did not keep the bytes."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runtime.db import outside_transaction
+from runtime.db import contention_retry, outside_transaction
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def operation_execute(operation_id: str) -> str:
     """Run one delivery of an operation; returns what happened, for logs and tests."""
     execution_id = execution_current()
-    lease = operation_claim(operation_id, execution_id=execution_id)
+    lease = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
     if isinstance(lease, Refusal):
         if lease.operation_exists:
             claim_refused_record(operation_id, execution_id, lease.reason)
@@ -36,14 +36,16 @@ def operation_execute(operation_id: str) -> str:
     ):
         report = _invoke(lease.operation, lease)
     try:
-        operation_report(
-            operation_id,
-            lease_generation=lease.lease_generation,
-            lease_token=lease.lease_token,
-            state_version=lease.state_version,
-            report=report,
-            snapshot=lease.operation,
-            execution_id=execution_id,
+        contention_retry(
+            lambda: operation_report(
+                operation_id,
+                lease_generation=lease.lease_generation,
+                lease_token=lease.lease_token,
+                state_version=lease.state_version,
+                report=report,
+                snapshot=lease.operation,
+                execution_id=execution_id,
+            )
         )
     except StaleLease:
         log.info(

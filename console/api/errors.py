@@ -13,7 +13,8 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from runtime.errors import DomainError
+from runtime.db import is_contention
+from runtime.errors import DatabaseBusy, DomainError
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,20 @@ def _validation_message(detail: Any) -> str:
     return str(detail)
 
 
+def as_domain(exc: BaseException) -> BaseException:
+    """Database contention (runtime.db.is_contention) as the domain's DatabaseBusy: 503 with
+    Retry-After instead of a 500, since the request's transaction rolled back whole."""
+    if is_contention(exc):
+        log.info("request rolled back by database contention: %s", exc)
+        return DatabaseBusy("the database is busy with concurrent changes; retry shortly")
+    return exc
+
+
 def classify(exc: BaseException) -> tuple[int, str, str] | None:
     """(HTTP status, contract code, message) for an error a client can provoke, or None for a
     fault of ours. The one table shared by the REST API, the console pages (middleware) and the
     websocket consumers (close code 4000 + status)."""
+    exc = as_domain(exc)
     if isinstance(exc, DomainError):
         return exc.status, exc.code, exc.message
     if isinstance(exc, Http404):
@@ -73,6 +84,7 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    exc = as_domain(exc)  # type: ignore[assignment]
     known = classify(exc)
     if known is not None:
         code_status, code, message = known
