@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_prerun, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from django.db import close_old_connections, connections
 
 log = logging.getLogger(__name__)
@@ -29,11 +35,29 @@ def _child_started(**_: Any) -> None:
         log.warning("could not register this worker process", exc_info=True)
 
 
+# A connection that served a task this recently is not health-checked before the next one.
+BUSY_SECONDS = 1.0
+_last_task_end = 0.0
+
+
 @task_prerun.connect
 def _connections_checked(**_: Any) -> None:
     # Connections are reused across tasks (CELERY_DB_REUSE_MAX): drop one that broke (a database
     # restart) or outlived CONN_MAX_AGE, as Django does at the start of each request.
     close_old_connections()
+    if time.monotonic() - _last_task_end < BUSY_SECONDS:
+        # Busy: the connection answered a moment ago, and its health check (CONN_HEALTH_CHECKS)
+        # would cost a SELECT 1 round trip per operation. A worker back from idleness, when a
+        # restart may have happened meanwhile, is still checked before its first query.
+        for conn in connections.all(initialized_only=True):
+            if conn.connection is not None:
+                conn.health_check_done = True  # type: ignore[attr-defined]  # (not in the stubs)
+
+
+@task_postrun.connect
+def _task_ended(**_: Any) -> None:
+    global _last_task_end
+    _last_task_end = time.monotonic()
 
 
 @worker_process_shutdown.connect

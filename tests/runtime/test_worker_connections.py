@@ -26,3 +26,36 @@ def test_the_database_connection_survives_the_fixups_per_task_hooks():
         worker._connections_checked()
         fixup.on_task_postrun(sender=task)
     assert connection.connection is opened
+
+
+def _counting_health_checks(monkeypatch) -> list[int]:
+    checks: list[int] = []
+    real = connection.is_usable
+
+    def counted() -> bool:
+        checks.append(1)
+        return real()
+
+    monkeypatch.setattr(connection, "is_usable", counted)
+    return checks
+
+
+def test_a_busy_worker_does_not_health_check_its_connection_before_every_task(monkeypatch):
+    checks = _counting_health_checks(monkeypatch)
+    connection.ensure_connection()
+    for _ in range(10):  # back-to-back tasks, each ending just before the next begins
+        worker._task_ended()
+        worker._connections_checked()
+        with connection.cursor() as cur:
+            cur.execute("SELECT 2")
+    assert checks == []
+
+
+def test_a_worker_back_from_idleness_checks_its_connection_first(monkeypatch):
+    checks = _counting_health_checks(monkeypatch)
+    connection.ensure_connection()
+    monkeypatch.setattr(worker, "_last_task_end", 0.0)  # its last task ended long ago
+    worker._connections_checked()
+    with connection.cursor() as cur:
+        cur.execute("SELECT 2")
+    assert checks == [1]
