@@ -87,19 +87,23 @@ def attempt_begin(
 
     Preconditions: none; safe under any concurrency (the counters decide atomically)."""
     held = Held(backend or _backend())
-    for limit, subject in checks:
-        key = f"{KEY_PREFIX}:{limit.name}:{subject}"[:300]
-        if held.backend == "redis":
-            try:
-                taken, retry = _redis_take(key, limit)
-            except Exception:
-                # Redis only helps here: while it is away, count in the database instead of
-                # turning every request into an error (or letting every guess through).
-                log.warning("rate limit counter in Redis unavailable; counting in the database")
-                held.backend = "database"
-                taken, retry = _db_take(key, limit, now or timezone.now())
+    keyed = [(f"{KEY_PREFIX}:{limit.name}:{subject}"[:300], limit) for limit, subject in checks]
+    if held.backend == "redis":
+        try:
+            # Every slot in one script (one round trip; Redis runs it atomically).
+            taken, retry = _redis_take_all(keyed)
+        except Exception:
+            # Redis only helps here: while it is away, count in the database instead of
+            # turning every request into an error (or letting every guess through).
+            log.warning("rate limit counter in Redis unavailable; counting in the database")
+            held.backend = "database"
         else:
-            taken, retry = _db_take(key, limit, now or timezone.now())
+            if not taken:
+                raise RateLimited(f"too many attempts; try again in {retry} s", retry_after=retry)
+            held.keys = [("redis", key) for key, _ in keyed]
+            return held
+    for key, limit in keyed:
+        taken, retry = _db_take(key, limit, now or timezone.now())
         if not taken:
             attempt_succeeded(held)
             raise RateLimited(f"too many attempts; try again in {retry} s", retry_after=retry)
@@ -109,31 +113,44 @@ def attempt_begin(
 
 def attempt_succeeded(held: Held) -> None:
     """The credentials were good: the attempt does not count against anyone."""
+    in_redis = [key for backend, key in held.keys if backend == "redis"]
+    if in_redis:
+        with contextlib.suppress(Exception):  # an unreturned slot only expires later
+            _redis().eval(_GIVE_BACK, len(in_redis), *in_redis)
     for backend, key in held.keys:
-        if backend == "redis":
-            with contextlib.suppress(Exception):  # an unreturned slot only expires later
-                _redis().eval(_GIVE_BACK, 1, key)
-        else:
+        if backend != "redis":
             RateCounter.objects.filter(key=key, count__gt=0).update(count=F("count") - 1)
     held.keys.clear()
 
 
 # --- Redis --------------------------------------------------------------------------------
 
-# The increment and the window's start are one step: a crash between INCR and EXPIRE cannot
-# leave a counter that never expires.
-_TAKE = """
-local n = redis.call('INCR', KEYS[1])
-local ttl = redis.call('TTL', KEYS[1])
-if ttl < 0 then
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-  ttl = tonumber(ARGV[1])
+# A slot per key (ARGV: window and limit per key, in order). Each increment and its window's
+# start are one step: a crash between INCR and EXPIRE cannot leave a counter that never expires.
+# A key over its limit refuses the attempt; the slots taken before it are given back, its own
+# increment stays counted (as a failed attempt does).
+_TAKE_ALL = """
+for i, key in ipairs(KEYS) do
+  local n = redis.call('INCR', key)
+  local ttl = redis.call('TTL', key)
+  if ttl < 0 then
+    redis.call('EXPIRE', key, ARGV[2 * i - 1])
+    ttl = tonumber(ARGV[2 * i - 1])
+  end
+  if n > tonumber(ARGV[2 * i]) then
+    for j = 1, i - 1 do
+      if redis.call('EXISTS', KEYS[j]) == 1 then redis.call('DECR', KEYS[j]) end
+    end
+    return {0, ttl}
+  end
 end
-return {n, ttl}
+return {1, 0}
 """
 # Never DECR a key that expired meanwhile: that would create one without a window.
 _GIVE_BACK = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('DECR', KEYS[1]) end
+for _, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then redis.call('DECR', key) end
+end
 return 0
 """
 
@@ -151,9 +168,10 @@ def _redis() -> Any:
     return client
 
 
-def _redis_take(key: str, limit: Limit) -> tuple[bool, int]:
-    count, ttl = _redis().eval(_TAKE, 1, key, limit.window_seconds)
-    return int(count) <= limit.attempts, int(ttl)
+def _redis_take_all(keyed: list[tuple[str, Limit]]) -> tuple[bool, int]:
+    args = [str(v) for _, limit in keyed for v in (limit.window_seconds, limit.attempts)]
+    taken, ttl = _redis().eval(_TAKE_ALL, len(keyed), *(key for key, _ in keyed), *args)
+    return int(taken) == 1, int(ttl)
 
 
 # --- database -----------------------------------------------------------------------------

@@ -41,12 +41,18 @@ def task_bodies(page: list[Task]) -> list[dict[str, Any]]:
     return [s.task_out(t, pending[t.pk]) for t in page]
 
 
-def operation_body(op: Operation) -> dict[str, Any]:
-    return operation_bodies([op])[0]
+def operation_body(op: Operation, *, created: bool = False) -> dict[str, Any]:
+    return operation_bodies([op], created=created)[0]
 
 
-def operation_bodies(page: list[Operation]) -> list[dict[str, Any]]:
-    invocations = operations.invocations_by_operation([op.pk for op in page])
+def operation_bodies(page: list[Operation], *, created: bool = False) -> list[dict[str, Any]]:
+    # An operation this request created is answered as it was created (pending, or waiting for
+    # its approval), before any invocation: no query for them.
+    invocations: dict[str, list[Any]] = (
+        {op.pk: [] for op in page}
+        if created
+        else operations.invocations_by_operation([op.pk for op in page])
+    )
     approvals = approvals_current([op for op in page if op.approval_required])
     return [
         s.operation_out(
@@ -210,7 +216,7 @@ class TaskOperations(ApiView):
                 approval_timeout_seconds=data.get("approval_timeout_seconds"),
             ),
         )
-        return Response(operation_body(op), status=201 if created else 200)
+        return Response(operation_body(op, created=created), status=201 if created else 200)
 
 
 class OperationCollection(ApiView):
