@@ -7,14 +7,15 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime.actors import Actor, actor_for_agent, actor_for_user
+from runtime.db import db_datetime
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
 from runtime.ratelimits import attempt_begin, attempt_succeeded, token_limits
@@ -94,6 +95,42 @@ def token_issue_for_user(
     return IssuedToken(token, secret)
 
 
+@dataclass(frozen=True)
+class _Presented:
+    id: str
+    digest: str
+    last_used_at: datetime | None
+    agent_id: str | None
+    agent_name: str | None
+    user_id: int | None
+    username: str | None
+    user_active: bool
+
+
+def _live_token(prefix: str) -> _Presented | None:
+    """The unrevoked token with this prefix and what it acts as, in one hand-written query: it
+    runs on every API request, where compiling the equivalent queryset (two joins) cost more
+    CPU than running it."""
+    user = get_user_model()
+    username = getattr(user._meta.get_field(user.USERNAME_FIELD), "column", "username")
+    # Table and column names come from the models; the prefix is a bound parameter.
+    sql = (
+        f"SELECT t.id, t.digest, t.last_used_at, t.agent_id, a.name, t.user_id, u.{username}, "  # noqa: S608
+        f"u.is_active FROM {ApiToken._meta.db_table} t "
+        f"LEFT JOIN {Agent._meta.db_table} a ON a.id = t.agent_id "
+        f"LEFT JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id "
+        "WHERE t.prefix = %s AND t.revoked_at IS NULL"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [prefix])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return _Presented(
+        row[0], row[1], db_datetime(row[2]), row[3], row[4], row[5], row[6], bool(row[7])
+    )
+
+
 def token_authenticate(raw: str, *, address: str | None = None) -> Actor:
     """The actor a presented token stands for; NotAuthenticated for anything else. With the
     client's ``address``, failed attempts are limited per token prefix and per address
@@ -107,26 +144,22 @@ def token_authenticate(raw: str, *, address: str | None = None) -> Actor:
         held = attempt_begin([(per_account, subject), (per_address, address)])
     if not well_formed:
         raise NotAuthenticated("invalid token")
-    token = (
-        ApiToken.objects.select_related("agent", "user")
-        .filter(prefix=parts[1], revoked_at__isnull=True)
-        .first()
-    )
+    token = _live_token(parts[1])
     if token is None or not hmac.compare_digest(token.digest, _digest(raw)):
         raise NotAuthenticated("invalid token")
-    if token.user is not None and not token.user.is_active:
+    if token.user_id is not None and not token.user_active:
         raise NotAuthenticated("invalid token")
     if held is not None:
         attempt_succeeded(held)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY:
         # Coarse on purpose: one write a minute per token, not one per request.
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    if token.agent is not None:
-        return replace(actor_for_agent(token.agent.pk, token.agent.name), token_id=token.pk)
-    assert token.user is not None
-    actor = actor_for_user(token.user.pk, token.user.get_username())
-    return replace(actor, token_id=token.pk)
+        ApiToken.objects.filter(pk=token.id).update(last_used_at=now)
+    if token.agent_id is not None:
+        return replace(actor_for_agent(token.agent_id, token.agent_name or ""), token_id=token.id)
+    assert token.user_id is not None
+    actor = actor_for_user(token.user_id, token.username or "")
+    return replace(actor, token_id=token.id)
 
 
 def token_is_live(token_id: str) -> bool:

@@ -40,6 +40,7 @@ def _counting_health_checks(monkeypatch) -> list[int]:
     return checks
 
 
+@pytest.mark.postgres  # services mode: health checks are on (CONN_HEALTH_CHECKS)
 def test_a_busy_worker_does_not_health_check_its_connection_before_every_task(monkeypatch):
     checks = _counting_health_checks(monkeypatch)
     connection.ensure_connection()
@@ -51,6 +52,7 @@ def test_a_busy_worker_does_not_health_check_its_connection_before_every_task(mo
     assert checks == []
 
 
+@pytest.mark.postgres
 def test_a_worker_back_from_idleness_checks_its_connection_first(monkeypatch):
     checks = _counting_health_checks(monkeypatch)
     connection.ensure_connection()
