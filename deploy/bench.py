@@ -4,16 +4,16 @@ the same PostgreSQL server and Redis, with the same number of worker processes.
 Parts (each figure the median of BENCH_ROUNDS rounds unless said otherwise):
 - ours: durable fenced ``demo.echo`` operations per second end to end (proposal to accepted)
   with real Celery worker processes; p50/p99 latency from a paced proposer at half the measured
-  peak; write commits per operation from transaction ids during the burst; SQL statements (and
-  write commits, counted in-process as a cross-check) per operation from a sample run through
+  peak; write commits per operation from the WAL's commit records during the burst (class
+  WriteCommits); SQL statements (and write commits, counted in-process as a cross-check) per
+  operation from a sample run through
   propose -> claim -> invoke -> report in this process, the same code the workers run;
 - plain Celery: no-op tasks per second (deploy/bench_celery.py), ``ignore_result``, prefork;
 - DBOS Transact: single-step workflows per second (deploy/bench_dbos.py), its own system
   database on the same server, BENCH_DBOS_THREADS threads (default 4 per worker process);
 - REST: proposals per second over HTTP from BENCH_API_CLIENTS clients against the app's web
   server (console.server, started by ``serve_app``), each POST with an ``Idempotency-Key``; p99;
-  its transaction ids per proposal count the savepoint around the proposal inside the request's
-  transaction as a second id (a subtransaction id, not a second commit);
+  write commits per proposal likewise from the WAL;
 - reads: p99 ms of the task list and of one task's timeline with BENCH_READ_EVENTS journal events
   (default 1,000,000, seeded once by generate_series and kept in the bench database);
 - the chart: ours and plain Celery against worker processes (BENCH_CHART_WORKERS, 1,2,4).
@@ -257,14 +257,41 @@ def counting(connection: Any) -> Iterator[SqlCount]:
         del connection.commit, connection.rollback
 
 
-def next_xid() -> int:
-    """The next transaction id PostgreSQL will assign (reading it assigns none). Ids are given only
-    to transactions that write, so the advance counts write commits, on the whole server."""
-    from django.db import connection
+class WriteCommits:
+    """Write commits on the whole server since it was made: the commit records in the WAL
+    (pg_walinspect, PostgreSQL 15+). A transaction that wrote nothing writes none, and a
+    savepoint's subtransaction is part of its parent's record, where counting transaction ids
+    would count it again (the REST path's proposal runs in a savepoint of the request's
+    transaction). Without pg_walinspect, the advance of transaction ids is the count."""
 
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
-        return int(cur.fetchone()[0])
+    def __init__(self) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            try:
+                cur.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+                cur.execute("SELECT pg_current_wal_flush_lsn()::text")
+                self.lsn: str | None = str(cur.fetchone()[0])
+            except Exception:
+                self.lsn = None
+            cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+            self.xid = int(cur.fetchone()[0])
+        self.source = "WAL commit records" if self.lsn else "transaction ids"
+
+    def count(self) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            if self.lsn is not None:
+                cur.execute(
+                    "SELECT count(*) FROM pg_get_wal_records_info(%s::pg_lsn, "
+                    "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
+                    "AND record_type LIKE 'COMMIT%%'",
+                    [self.lsn],
+                )
+                return int(cur.fetchone()[0])
+            cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+            return int(cur.fetchone()[0]) - self.xid
 
 
 # --- ours ---------------------------------------------------------------------------------------
@@ -326,7 +353,7 @@ def ours_burst(agent: Agent, total: int, label: str) -> dict[str, float]:
     from django.db import connection
 
     task_ids = new_tasks(agent, TASKS_PER_ROUND, label)
-    before = next_xid()
+    writes = WriteCommits()
     barrier = threading.Barrier(PROPOSERS + 1)
 
     def proposer(k: int) -> None:
@@ -347,7 +374,7 @@ def ours_burst(agent: Agent, total: int, label: str) -> dict[str, float]:
     proposed = time.perf_counter() - started
     wait_drained(task_ids, total)
     seconds = time.perf_counter() - started
-    commits = next_xid() - before
+    commits = writes.count()
     return {
         "ops_per_s": total / seconds,
         "seconds": seconds,
@@ -568,7 +595,7 @@ def api_client(
 def api_rounds(port: int, agent: Agent) -> dict[str, float]:
     """Proposals over HTTP from API_CLIENTS concurrent clients, each POST with its own
     Idempotency-Key (as a retrying agent sends them). Workers are not running: this is the
-    front door's rate, and transaction ids count its write commits."""
+    front door's rate, and the WAL's commit records count its write commits."""
     from runtime.cancellation import task_cancel
 
     rates, latencies, commits = [], [], []
@@ -587,13 +614,13 @@ def api_rounds(port: int, agent: Agent) -> dict[str, float]:
         ]
         for t in threads:
             t.start()
-        before = next_xid()
+        writes = WriteCommits()
         barrier.wait()
         started = time.perf_counter()
         for t in threads:
             t.join()
         seconds = time.perf_counter() - started
-        commits.append((next_xid() - before) / (per_client * API_CLIENTS))
+        commits.append(writes.count() / (per_client * API_CLIENTS))
         if errors:
             raise SystemExit(f"bench: {len(errors)} proposals over HTTP failed, e.g. {errors[0]}")
         rates.append(per_client * API_CLIENTS / seconds)

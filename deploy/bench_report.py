@@ -143,8 +143,9 @@ def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]
         f"{paced['rate']:.1f}/s (half the peak; achieved {paced['achieved_rate']:.1f}/s) over "
         f"{paced['ops']} operations: "
         f"p50 **{paced['p50_ms']:.1f} ms**, p99 **{paced['p99_ms']:.1f} ms** (target p50 < 20 ms).",
-        f"- Write commits per operation, transaction ids during the bursts (server-wide: other "
-        f"databases' writes count too on a shared machine): **{result['commits_per_op']:.2f}**; "
+        f"- Write commits per operation, commit records in the WAL during the bursts "
+        f"(server-wide: other databases' writes count too on a shared machine): "
+        f"**{result['commits_per_op']:.2f}**; "
         f"counted in-process over a sample of {counts['sample']}: "
         f"{counts['commits_per_op']:.2f} (target <= 3).",
         f"- SQL statements per operation (in-process sample, propose + the worker's task body): "
@@ -154,7 +155,7 @@ def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]
         f"- REST: **{api['api_propose_per_s']:.1f}** proposals/s over HTTP from "
         f"{details['api_clients']} keep-alive clients, each POST with an Idempotency-Key; "
         f"p50 {api['api_p50_ms']:.1f} ms, p99 **{api['api_p99_ms']:.1f} ms**; "
-        f"{api['api_commits_per_op']:.2f} write commits per proposal (transaction ids).",
+        f"{api['api_commits_per_op']:.2f} write commits per proposal (WAL commit records).",
         f"- Reads with {details['seed']['events']:,} journal events over "
         f"{details['seed']['tasks']:,} tasks ({details['seed']['big_events']:,} on one task): "
         f"task list p50 {reads['list_p50_ms']:.1f} ms, p99 **{reads['list_p99_ms']:.1f} ms**; "
