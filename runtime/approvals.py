@@ -73,8 +73,9 @@ def approval_decide(
     """Approve or deny a pending approval through the release gate.
 
     Preconditions: ``actor`` is the authenticated caller (never a name from a request body).
-    Raises NotAuthorized (no right now, requester, editor), ApprovalExpired, ApprovalDecided,
-    ApprovalStale (another proposal), TaskRefused (cancelled, paused, ended, past deadline).
+    Raises InvalidInput (approving without ``params_hash``), NotAuthorized (no right now,
+    requester, editor), ApprovalExpired, ApprovalDecided, ApprovalStale (another proposal),
+    TaskRefused (cancelled, paused, ended, past deadline).
     """
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approve or deny")
@@ -82,6 +83,13 @@ def approval_decide(
     if decision == "deny" and not reason:
         raise InvalidInput("a denial needs a reason")
     seen = approval_get(actor, approval_id)
+    if decision == "approve" and not params_hash:
+        # An approval is bound to the exact parameters the approver saw: without their hash
+        # the request is incomplete (400), not a decision about another proposal (409).
+        raise InvalidInput(
+            "params_hash is required to approve: the hash of the parameters being approved",
+            field="params_hash",
+        )
     with transaction.atomic():
         op, approval = _locked(approval_id, seen.operation_id)
         crash_point("approval.gate_locked")

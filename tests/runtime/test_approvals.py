@@ -117,6 +117,31 @@ def test_deny_needs_a_reason_and_fails_the_operation_without_effect():
 
 
 @pytest.mark.django_db
+def test_approving_without_the_parameters_hash_is_400_and_changes_nothing():
+    """An approval is bound to the parameters the approver saw: an approve that names none is an
+    incomplete request (400 naming the field), not a decision about another proposal."""
+    owner, operator = factories.agent(), factories.console_user("operator")
+    _, op, approval = _gated(owner)
+    for body_hash in ("", "omitted"):
+        if body_hash == "omitted":
+            response = operator.client().post(
+                f"/api/v1/approvals/{approval.pk}/decision",
+                {"decision": "approve", "reason": "ok"},
+                format="json",
+            )
+        else:
+            response = _decide(operator, approval, params_hash=body_hash)
+        assert response.status_code == 400, response.json()
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("invalid_input", "params_hash")
+    approval.refresh_from_db()
+    op.refresh_from_db()
+    assert approval.status == "pending" and op.status == "waiting_approval"
+    # A deny needs no hash: refusing is never bound to parameters.
+    assert _decide(operator, approval, "deny", params_hash="").status_code == 200
+
+
+@pytest.mark.django_db
 def test_a_stale_hash_is_refused_and_changes_nothing():
     owner, operator = factories.agent(), factories.console_user("operator")
     _, op, approval = _gated(owner)
