@@ -44,9 +44,7 @@ app.conf.update(
         "interval_max": 0.5,
     },
     task_default_queue=settings.CELERY_QUEUE,
-    task_queues=[
-        Queue(q) for q in dict.fromkeys([settings.CELERY_QUEUE, *settings.TOOL_QUEUES.values()])
-    ],
+    task_queues=[Queue(q) for q in settings.CELERY_QUEUES],
     task_serializer="json",
     accept_content=["json"],
     worker_hijack_root_logger=False,

@@ -220,6 +220,8 @@ def _env_names(name: str) -> dict[str, str]:
 # queue (workers choose theirs with -Q), so slow or rate-limited tools cannot starve quick
 # ones; every other class goes to CELERY_QUEUE.
 TOOL_QUEUES = _env_names("TOOL_QUEUES")
+# Every queue of this deployment: the default one first, then the tool classes' own.
+CELERY_QUEUES = list(dict.fromkeys([CELERY_QUEUE, *TOOL_QUEUES.values()]))
 # Admission control per tool class: at most N running at once, at most M admitted and waiting.
 TOOL_CONCURRENCY = _env_map("TOOL_CONCURRENCY")
 TOOL_QUEUE_CAPACITY = _env_map("TOOL_QUEUE_CAPACITY")

@@ -69,7 +69,7 @@ class Command(BaseCommand):
                 str(settings.WORKERS),
                 "-Q",
                 # One worker pool for every queue here; per-class pools are a deployment choice.
-                ",".join(dict.fromkeys([settings.CELERY_QUEUE, *settings.TOOL_QUEUES.values()])),
+                ",".join(settings.CELERY_QUEUES),
                 "--without-gossip",
                 "--without-mingle",
                 "-n",
