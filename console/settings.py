@@ -183,6 +183,22 @@ SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.
 OUTBOX_GRACE_SECONDS = _env_int("OUTBOX_GRACE_SECONDS", max(2 * SWEEP_SECONDS, 5))
+# Drainers (runtime.drainers): under a backlog a worker claims up to DRAIN_BATCH quick
+# calls in one transaction and accepts their reports in one more; 0 turns batches off. A drain
+# session yields its process after DRAIN_SECONDS (or DRAIN_IDLE_SECONDS without work); a killed
+# drainer's registration lapses after DRAIN_LEASE_SECONDS.
+DRAIN_BATCH = _env_int("DRAIN_BATCH", 32)
+# A worker starts draining a queue when this many messages wait for it in the broker and fewer
+# than DRAINERS_PER_QUEUE drain it already.
+DRAIN_BACKLOG = _env_int("DRAIN_BACKLOG", 4)
+DRAINERS_PER_QUEUE = _env_int("DRAINERS_PER_QUEUE", 1)
+DRAIN_SECONDS = float(os.environ.get("DRAIN_SECONDS") or 5.0)
+# A drainer leaves once its list stayed empty this long.
+DRAIN_IDLE_SECONDS = float(os.environ.get("DRAIN_IDLE_SECONDS") or 0.1)
+DRAIN_LEASE_SECONDS = _env_int("DRAIN_LEASE_SECONDS", 5)
+# A drainer whose batch was not full takes its next batch no sooner than this after the last,
+# so batches gather while proposals arrive slower than it runs them.
+DRAIN_INTERVAL_SECONDS = float(os.environ.get("DRAIN_INTERVAL_SECONDS") or 0.01)
 # Server-sent events are woken by journal hints; with hints (services mode) the journal is read
 # on this slow timer only as a safety net against a lost hint.
 SSE_SAFETY_POLL_SECONDS = _env_int("SSE_SAFETY_POLL_SECONDS", 2)

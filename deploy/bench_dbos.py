@@ -16,6 +16,17 @@ import threading
 import time
 
 
+def _vacuum(url: str) -> None:
+    """VACUUM ANALYZE DBOS's system database before a round, as the durable path's tables are
+    (deploy/bench.py:vacuum): both start each round from the same state."""
+    import psycopg
+
+    with psycopg.connect(
+        url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+    ) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+
+
 def main() -> int:
     url, total, threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     from dbos import DBOS, DBOSConfig
@@ -43,6 +54,7 @@ def main() -> int:
             one_step(i)
         results = []
         for _ in range(rounds):
+            _vacuum(url)
             per_thread = max(1, total // threads)
             barrier = threading.Barrier(threads + 1)
 

@@ -34,6 +34,10 @@ POINTS = frozenset(
         "artifact.before_link",  # bytes written under a private name, not yet under their key
         "artifact.awaiting_deletion",  # an upload waits for the reconciler to delete its bytes
         "reconcile.before_delete",  # the reconciler committed its decision, not yet deleted
+        "claim.batch_before_commit",  # a batch claim is written, not yet committed
+        "drain.after_claim",  # a drainer's batch claim committed, no call made yet
+        "drain.leaving",  # a drainer found its list empty, still registered
+        "report.batch_before_commit",  # a batch's acceptance is written, not yet committed
     }
 )
 

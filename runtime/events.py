@@ -51,11 +51,12 @@ class TaskRow:
 COUNTERS = {S.ACTIVE: "active", S.CLAIMABLE: "claimable", S.BLOCKED: "blocked"}
 
 
-def condition_case_sql() -> str:
+def condition_case_sql(delta: str = "%(d_{})s") -> str:
     """The SQL CASE deriving a task's condition from its counters plus this statement's deltas,
-    rendered from ``transitions.CONDITION_RULES`` (the rule's one statement)."""
+    rendered from ``transitions.CONDITION_RULES`` (the rule's one statement). ``delta`` names
+    where a counter's delta comes from: a bound parameter, or a column of a batch's deltas."""
     whens = " ".join(
-        f"WHEN ops_{COUNTERS[group]} + %(d_{COUNTERS[group]})s > 0 THEN '{condition}'"
+        f"WHEN ops_{COUNTERS[group]} + {delta.format(COUNTERS[group])} > 0 THEN '{condition}'"
         for condition, group in CONDITION_RULES
     )
     return (

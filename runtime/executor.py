@@ -5,14 +5,32 @@ acceptance. Duplicate or late deliveries find nothing to claim and do nothing.""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
+from django.conf import settings
+
+from runtime.crashpoints import crash_point
 from runtime.db import contention_retry, outside_transaction
+from runtime.drainers import (
+    Registration,
+    broker_backlog,
+    drain_take,
+    drainable_tools,
+    drainers_live,
+)
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
-from runtime.leases import Lease, Refusal, claim_refused_record, lease_heartbeat, operation_claim
+from runtime.leases import (
+    Lease,
+    Refusal,
+    claim_refused_record,
+    lease_heartbeat,
+    operation_claim,
+    operations_claim_batch,
+)
 from runtime.models import Operation
-from runtime.operations import Report, operation_report
+from runtime.operations import Report, operation_report, operations_report_batch
 from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
 
@@ -53,6 +71,102 @@ def operation_execute(operation_id: str) -> str:
         )
         return "rejected"
     return report.outcome
+
+
+def queue_drain(queue: str, *, asked: bool = False) -> int:
+    """Drain ``queue``'s quick calls in batches (runtime.drainers) while they come, for up to
+    DRAIN_SECONDS; returns how many calls were run.
+
+    A worker starts draining only when DRAIN_BACKLOG messages or more wait for the queue and no
+    drainer is registered for it (or when ``asked``: a ``runtime.drain_queue`` message). One
+    drainer per queue runs quick calls as fast as they come until its batches come back full:
+    then it asks for a helper. On the way out it leaves the registry first and then takes what
+    the list still holds.
+
+    Preconditions: in a worker process, no transaction open; batches are enabled
+    (``drainers.draining_enabled``)."""
+    tools = drainable_tools(queue)
+    if not tools:
+        return 0
+    if not asked and (drainers_live(queue) or broker_backlog(queue) < int(settings.DRAIN_BACKLOG)):
+        return 0
+    execution_id = execution_current()
+    registration = Registration(queue)
+    if not registration.renew():
+        return 0
+    ran = 0
+    limit = int(settings.DRAIN_BATCH)
+    interval = float(settings.DRAIN_INTERVAL_SECONDS)
+    stop_at = time.monotonic() + float(settings.DRAIN_SECONDS)
+    idle = float(settings.DRAIN_IDLE_SECONDS)
+    helped = False
+    idle_since: float | None = None
+    try:
+        while registration.registered:
+            taken_at = time.monotonic()
+            ids = drain_take(queue, limit)
+            ran += _drain_batch(ids, tools, execution_id)
+            if not ids:
+                # A moment without proposals does not end the session: leaving makes the next
+                # proposals publish messages again, and coming back costs a backlog.
+                idle_since = idle_since or taken_at
+                if taken_at - idle_since >= idle or taken_at >= stop_at:
+                    break
+                registration.renew()
+                time.sleep(interval)
+                continue
+            idle_since = None
+            if time.monotonic() >= stop_at:
+                # Out of time with work left: another turn for this queue, after what waits
+                # before it; it takes what is left on the list.
+                registration.leave()
+                _drain_again(queue)
+                return ran
+            registration.renew()
+            if len(ids) == limit and not helped:
+                _drain_again(queue)  # a helper for a backlog this drainer cannot keep up with
+                helped = True
+            if len(ids) < limit:
+                # Proposals arrive slower than this drainer runs them: the next batch is taken
+                # no sooner than an interval after this one, so it gathers instead of the
+                # drainer claiming one call per transaction (a batch that took longer than the
+                # interval is followed at once: no latency is added under load).
+                time.sleep(max(0.0, taken_at + interval - time.monotonic()))
+        # Leave first, then take what was left to this drainer until then (runtime.drainers).
+        crash_point("drain.leaving")
+        registration.leave()
+        while ids := drain_take(queue, limit):
+            ran += _drain_batch(ids, tools, execution_id)
+        return ran
+    finally:
+        registration.leave()
+
+
+def _drain_batch(ids: list[str], tools: list[str], execution_id: str) -> int:
+    if not ids:
+        return 0
+    batch = contention_retry(lambda: operations_claim_batch(ids, tools, execution_id=execution_id))
+    if batch.leases:
+        crash_point("drain.after_claim")
+        # Quick calls only: each is made in turn, without a cancel watch (a cancel requested
+        # meanwhile is settled by the acceptance, which finds the task stopping).
+        reports = [(lease.operation, _invoke(lease.operation, lease)) for lease in batch.leases]
+        operations_report_batch(
+            reports, lease_token=batch.leases[0].lease_token, execution_id=execution_id
+        )
+    for operation_id in batch.handed_back:
+        operation_execute(operation_id)
+    return len(ids)
+
+
+def _drain_again(queue: str) -> None:
+    from runtime.worker import drain_queue
+
+    try:
+        drain_queue.apply_async(args=(queue,), queue=queue)
+    except Exception:
+        # Nothing is lost: the announcements stay for the sweeper.
+        log.warning("could not hand %s's backlog on", queue, exc_info=True)
 
 
 def _invoke(op: Operation, lease: Lease) -> Report:

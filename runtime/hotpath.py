@@ -41,7 +41,8 @@ from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from runtime.budgets import budget_remember
-from runtime.events import TaskRow, event_hint, task_touch_sql
+from runtime.drainers import call_quick, drain_announce, queue_of
+from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.statemachine import status_deltas
@@ -80,7 +81,7 @@ _OP_NAMES = tuple(c.strip() for c in _OP_COLUMNS.split(","))
 _ANNOUNCE = """
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, '{{}}'::jsonb, %(now)s, {available}, 0
+  SELECT 'operation.execute', op.id, %(payload)s, %(now)s, {available}, 0
   FROM op WHERE %(announce)s
   RETURNING id"""
 
@@ -130,9 +131,16 @@ def _hint_after_commit(task: TaskRow, event_type: str) -> None:
 
 
 def _publish_after_commit(
-    outbox_id: int | None, operation_id: str, available_at: datetime, now: datetime
+    outbox_id: int | None,
+    operation_id: str,
+    available_at: datetime,
+    now: datetime,
+    *,
+    drain_queue: str | None = None,
 ) -> None:
-    """Hand the outbox row the statement wrote to the relay once it commits."""
+    """Hand the outbox row the statement wrote to the relay once it commits; a quick call
+    (``drain_queue``) goes to its queue's drainer instead when one is registered, asked after
+    the commit (the order runtime.drainers depends on)."""
     if outbox_id is None:
         return
     message = OutboxMessage(
@@ -142,7 +150,13 @@ def _publish_after_commit(
         created_at=now,
         available_at=available_at,
     )
-    transaction.on_commit(lambda: outbox_publish([message]))
+
+    def publish() -> None:
+        if drain_queue is not None and drain_announce(drain_queue, operation_id):
+            return
+        outbox_publish([message])
+
+    transaction.on_commit(publish)
 
 
 class StoppedUnderLock(Exception):
@@ -157,9 +171,10 @@ class PausedUnderLock(Exception):
 
 # --- claim ------------------------------------------------------------------------------------
 
-_CLAIM_SQL = f"""
-WITH op AS (
-  UPDATE runtime_operation o SET
+# A claim's writes and guards, shared by the one-operation and the batch statements: the
+# operation moves to running under its next lease generation, if it is due, unstopped,
+# unpaused, ungated and in its deadline (``o`` the operation, ``t`` its task).
+_CLAIM_SET = f"""
     status = '{S.RUNNING}',
     state_version = o.state_version + 1,
     lease_generation = o.lease_generation + 1,
@@ -171,17 +186,23 @@ WITH op AS (
     next_attempt_at = NULL,
     status_reason = '',
     cancel_requested = false,
-    updated_at = %(now)s
-  FROM runtime_task t
-  WHERE o.id = %(id)s AND t.id = o.task_id
-    AND o.status IN {_in(CLAIM_SOURCES)}
-    AND o.executor = %(executor)s
+    updated_at = %(now)s"""
+_CLAIM_GUARDS = f"""o.status IN {_in(CLAIM_SOURCES)}
     AND o.compensates_id IS NULL
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
     AND o.attempts_used < o.max_attempts
     AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
     AND NOT o.approval_required AND NOT t.paused
-    AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
+    AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)"""
+
+_CLAIM_SQL = f"""
+WITH op AS (
+  UPDATE runtime_operation o SET
+{_CLAIM_SET}
+  FROM runtime_task t
+  WHERE o.id = %(id)s AND t.id = o.task_id
+    AND o.executor = %(executor)s
+    AND {_CLAIM_GUARDS}
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
     AND (o.attempts_used = 0 OR t.budget = '{{}}'::jsonb)
   RETURNING {", ".join("o." + c for c in _OP_NAMES)}, t.budget AS task_budget
@@ -339,6 +360,7 @@ def accept_txn(
         "receipt": None if acceptance.receipt is None else Jsonb(acceptance.receipt),
         "handle": acceptance.provider_handle[:300],
         "announce": announce,
+        "payload": Jsonb({}),
         "now": now,
         "event_type": f"operation.{acceptance.edge}",
         "actor": actor,
@@ -392,6 +414,8 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     exists already (nothing written: the caller compares parameter hashes). The caller checks
     admission on the returned task row, read under its lock, and raises to roll back."""
     announce = op.executor == Operation.EXECUTOR_WORKER
+    # A quick call's announcement says a drainer may take it (runtime.drainers).
+    quick = announce and call_quick(op.tool, op.params)
     params = {
         "id": op.pk,
         "task_id": op.task_id,
@@ -411,6 +435,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         "signal": op.signal,
         "timeout_seconds": op.timeout_seconds,
         "announce": announce,
+        "payload": Jsonb({}),
         "now": now,
         "event_type": "operation.proposed",
         "actor": actor,
@@ -428,5 +453,314 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     op.state_version = 1
     op.created_at = op.updated_at = now
     _hint_after_commit(task, "operation.proposed")
-    _publish_after_commit(row[len(_TASK_NAMES)], op.pk, now, now)
+    _publish_after_commit(
+        row[len(_TASK_NAMES)], op.pk, now, now, drain_queue=queue_of(op.tool) if quick else None
+    )
     return task
+
+
+# --- batches (drainers) --------------------------------------------------------------------
+#
+# A drainer (runtime.drain) claims several announced quick calls in one transaction and accepts
+# their reports in one more, so a burst costs two commits per batch instead of two per
+# operation. Each batch is two statements: the operations' guarded UPDATE, whose result is
+# joined to the task rows locked in ascending id (``ORDER BY t.id FOR UPDATE``: the rows are
+# locked in that order, after the operation rows, which keeps the global lock order); then one
+# statement for the tasks' counters and journal positions, the events, the invocations and the
+# outbox rows. Anything a batch statement does not cover is left alone (its announcement stays)
+# or handed back to the caller, which runs the one-operation path for it.
+
+_BATCH_TASK_TOUCH = f"""
+  UPDATE runtime_task SET
+    event_seq = event_seq + d.n,
+    ops_active = ops_active + d.d_active,
+    ops_claimable = ops_claimable + d.d_claimable,
+    ops_blocked = ops_blocked + d.d_blocked,
+    state_version = state_version + CASE WHEN condition <> {condition_case_sql("d.d_{}")}
+      THEN 1 ELSE 0 END,
+    condition = {condition_case_sql("d.d_{}")},
+    updated_at = %(now)s
+  FROM d WHERE runtime_task.id = d.task_id
+  RETURNING runtime_task.id, runtime_task.event_seq, runtime_task.condition,
+    runtime_task.state_version, d.n"""  # noqa: S608
+
+_BATCH_CLAIM_SQL = f"""
+WITH pick AS (
+  SELECT o.id FROM runtime_operation o
+    JOIN runtime_task t ON t.id = o.task_id
+  WHERE o.id = ANY(%(ids)s::varchar[])
+    AND o.executor = 'worker'
+    AND {_CLAIM_GUARDS}
+    AND (o.tool || ':' || o.tool_version) = ANY(%(tools)s)
+    AND t.budget = '{{}}'::jsonb
+  ORDER BY o.id
+  FOR UPDATE OF o SKIP LOCKED
+), op AS (
+  UPDATE runtime_operation o SET
+{_CLAIM_SET}
+  FROM pick WHERE o.id = pick.id AND o.status IN {_in(CLAIM_SOURCES)}
+  RETURNING {", ".join("o." + c for c in _OP_NAMES)}
+)
+SELECT {", ".join("op." + c for c in _OP_NAMES)}, t.cancellation, t.condition, t.paused
+FROM op JOIN runtime_task t ON t.id = op.task_id
+ORDER BY t.id, op.id
+FOR UPDATE OF t
+"""  # noqa: S608
+
+_BATCH_CLAIMED_SQL = f"""
+WITH c AS (
+  SELECT * FROM unnest(%(ids)s::varchar[], %(tasks)s::varchar[], %(versions)s::int[],
+    %(generations)s::int[], %(attempts)s::int[])
+    AS c(id, task_id, state_version, lease_generation, attempt)
+), d AS (
+  SELECT task_id, count(*)::int AS n, count(*)::int * %(d_active)s AS d_active,
+    count(*)::int * %(d_claimable)s AS d_claimable, count(*)::int * %(d_blocked)s AS d_blocked
+  FROM c GROUP BY task_id
+), task AS ({_BATCH_TASK_TOUCH}
+), ev AS (
+  INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
+  SELECT task.id,
+    task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
+    'operation.claimed', %(now)s, c.state_version, c.id, %(actor)s,
+    %(event_data)s::jsonb || jsonb_build_object(
+      'lease_generation', c.lease_generation, 'attempt', c.attempt,
+      'task_condition', task.condition, 'task_state_version', task.state_version)
+  FROM c JOIN task ON task.id = c.task_id
+), inv AS (
+  INSERT INTO runtime_invocation
+    (operation_id, number, lease_generation, execution_id, started_at, provider_handle)
+  SELECT c.id, c.attempt, c.lease_generation, %(execution)s, %(now)s, '' FROM c
+), spent AS (
+  DELETE FROM runtime_outboxmessage WHERE operation_id = ANY(%(ids)s::varchar[])
+)
+SELECT id, event_seq FROM task
+"""  # noqa: S608
+
+
+class BatchStopped(Exception):
+    """A task of the batch stopped or paused while the batch waited for its row: the caller
+    rolls the batch back and runs each of its operations on the one-operation path."""
+
+    def __init__(self, operation_ids: list[str]) -> None:
+        super().__init__(f"{len(operation_ids)} operations")
+        self.operation_ids = operation_ids
+
+
+def _operation(values: dict[str, Any]) -> Operation:
+    for name in _JSON_COLUMNS:
+        if isinstance(values[name], str):
+            values[name] = json.loads(values[name])
+    return Operation(**values)
+
+
+def claim_batch_txn(
+    operation_ids: list[str],
+    *,
+    tools: list[str],
+    execution_id: str,
+    expires: datetime,
+    token_digest: str,
+    actor: str,
+    now: datetime,
+) -> list[Operation]:
+    """Claim those of ``operation_ids`` that are due, claimable, of a tool:version in ``tools``,
+    of unstopped, unpaused, unbudgeted tasks, each under its next lease generation with
+    ``token_digest``, skipping rows another claimant holds. Inside the caller's
+    transaction; returns the claimed operations as they now are. Raises BatchStopped (the
+    caller rolls back) when a task stopped or paused while the batch waited for its row."""
+    claim: dict[str, Any] = {
+        "ids": operation_ids,
+        "tools": tools,
+        "execution": execution_id,
+        "expires": expires,
+        "digest": token_digest,
+        "now": now,
+    }
+    with connection.cursor() as cur:
+        cur.execute(_BATCH_CLAIM_SQL, claim)  # type: ignore[arg-type]
+        rows = cur.fetchall()
+        if not rows:
+            return []
+        n = len(_OP_NAMES)
+        ops = [_operation(dict(zip(_OP_NAMES, row[:n], strict=True))) for row in rows]
+        if any(
+            row[n] != Cancellation.NONE or row[n + 1] == TaskCondition.TERMINAL or row[n + 2]
+            for row in rows
+        ):
+            raise BatchStopped([op.pk for op in ops])
+        claimed: dict[str, Any] = {
+            "ids": [op.pk for op in ops],
+            "tasks": [op.task_id for op in ops],
+            "versions": [op.state_version for op in ops],
+            "generations": [op.lease_generation for op in ops],
+            "attempts": [op.attempts_used for op in ops],
+            "now": now,
+            "actor": actor,
+            "execution": execution_id,
+            "event_data": Jsonb({"to": S.RUNNING, "status": S.RUNNING, "execution": execution_id}),
+            **_deltas(S.PENDING, S.RUNNING),
+        }
+        cur.execute(_BATCH_CLAIMED_SQL, claimed)  # type: ignore[arg-type]
+        touched = cur.fetchall()
+    for op in ops:
+        budget_remember(op.task_id, {})
+    for task_id, seq in touched:
+        _hint_seq_after_commit(task_id, seq, "operation.claimed")
+    return ops
+
+
+def _hint_seq_after_commit(task_id: str, seq: int, event_type: str) -> None:
+    transaction.on_commit(lambda: event_hint(task_id, seq, event_type))
+
+
+_BATCH_ACCEPT_SQL = f"""
+WITH r AS (
+  SELECT * FROM unnest(%(ids)s::varchar[], %(targets)s::varchar[], %(results)s::jsonb[],
+    %(errors)s::jsonb[], %(next_ats)s::timestamptz[], %(generations)s::int[],
+    %(versions)s::int[]) AS r(id, target, result, error, next_at, generation, state_version)
+), locked AS (
+  SELECT o.id FROM runtime_operation o WHERE o.id = ANY(%(ids)s::varchar[])
+  ORDER BY o.id FOR UPDATE
+), op AS (
+  UPDATE runtime_operation o SET
+    status = r.target,
+    state_version = o.state_version + 1,
+    result = r.result,
+    error = r.error,
+    next_attempt_at = r.next_at,
+    lease_expires_at = NULL,
+    updated_at = %(now)s
+  FROM r, locked WHERE o.id = r.id AND locked.id = r.id AND o.status = '{S.RUNNING}'
+    AND o.lease_generation = r.generation AND o.state_version = r.state_version
+    AND o.lease_token_digest = %(digest)s AND o.compensates_id IS NULL
+  RETURNING o.id, o.task_id
+)
+SELECT op.id, t.cancellation, t.condition FROM op JOIN runtime_task t ON t.id = op.task_id
+ORDER BY t.id, op.id
+FOR UPDATE OF t
+"""  # noqa: S608
+
+_BATCH_ACCEPTED_SQL = f"""
+WITH c AS (
+  SELECT * FROM unnest(%(ids)s::varchar[], %(tasks)s::varchar[], %(versions)s::int[],
+    %(generations)s::int[], %(d_actives)s::int[], %(d_claimables)s::int[],
+    %(d_blockeds)s::int[], %(event_types)s::varchar[], %(event_datas)s::jsonb[],
+    %(inv_outcomes)s::varchar[], %(receipts)s::jsonb[], %(handles)s::varchar[],
+    %(announce_ats)s::timestamptz[])
+    AS c(id, task_id, state_version, generation, d_active, d_claimable, d_blocked, event_type,
+      event_data, inv_outcome, receipt, handle, announce_at)
+), d AS (
+  SELECT task_id, count(*)::int AS n, sum(d_active)::int AS d_active,
+    sum(d_claimable)::int AS d_claimable, sum(d_blocked)::int AS d_blocked
+  FROM c GROUP BY task_id
+), task AS ({_BATCH_TASK_TOUCH}
+), ev AS (
+  INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
+  SELECT task.id,
+    task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
+    c.event_type, %(now)s, c.state_version, c.id, %(actor)s,
+    c.event_data || jsonb_build_object(
+      'task_condition', task.condition, 'task_state_version', task.state_version)
+  FROM c JOIN task ON task.id = c.task_id
+), inv AS (
+  UPDATE runtime_invocation i SET outcome = c.inv_outcome, finished_at = %(now)s,
+    receipt = c.receipt, provider_handle = c.handle
+  FROM c WHERE i.operation_id = c.id AND i.lease_generation = c.generation
+), announce AS (
+  INSERT INTO runtime_outboxmessage
+    (topic, operation_id, payload, created_at, available_at, publish_count)
+  SELECT 'operation.execute', c.id, '{{}}'::jsonb, %(now)s, c.announce_at, 0
+  FROM c WHERE c.announce_at IS NOT NULL
+  RETURNING id, operation_id, available_at
+)
+SELECT 'task', id, event_seq::bigint, NULL::timestamptz FROM task
+UNION ALL SELECT 'outbox', operation_id, id, available_at FROM announce
+"""  # noqa: S608
+
+
+def accept_batch_txn(
+    accepted: list[tuple[Operation, Acceptance]],
+    *,
+    lease_token_digest: str,
+    actor: str,
+    now: datetime,
+) -> list[str]:
+    """Accept a batch's reports, each decided from its claim's snapshot, on covered operations
+    of unstopped tasks. Inside the caller's transaction; returns the ids accepted (the rest
+    moved on: nothing was written for them, and the caller runs the one-operation path).
+    Raises BatchStopped (the caller rolls back) when a task of the batch is stopping."""
+    if not accepted:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            _BATCH_ACCEPT_SQL,
+            {
+                "ids": [op.pk for op, _ in accepted],
+                "targets": [a.target for _, a in accepted],
+                "results": [None if a.result is None else Jsonb(a.result) for _, a in accepted],
+                "errors": [None if a.error is None else Jsonb(a.error) for _, a in accepted],
+                "next_ats": [a.next_attempt_at for _, a in accepted],
+                "generations": [op.lease_generation for op, _ in accepted],
+                "versions": [op.state_version for op, _ in accepted],
+                "digest": lease_token_digest,
+                "now": now,
+            },
+        )
+        rows = cur.fetchall()
+        if any(
+            cancellation != Cancellation.NONE or cond == TaskCondition.TERMINAL
+            for _, cancellation, cond in rows
+        ):
+            raise BatchStopped([op.pk for op, _ in accepted])
+        done = {row[0] for row in rows}
+        batch = [(op, a) for op, a in accepted if op.pk in done]
+        if not batch:
+            return []
+        deltas = [status_deltas(S.RUNNING, a.target) for _, a in batch]
+        cur.execute(
+            _BATCH_ACCEPTED_SQL,
+            {
+                "ids": [op.pk for op, _ in batch],
+                "tasks": [op.task_id for op, _ in batch],
+                "versions": [op.state_version + 1 for op, _ in batch],
+                "generations": [op.lease_generation for op, _ in batch],
+                "d_actives": [d[0] for d in deltas],
+                "d_claimables": [d[1] for d in deltas],
+                "d_blockeds": [d[2] for d in deltas],
+                "event_types": [f"operation.{a.edge}" for _, a in batch],
+                "event_datas": [
+                    Jsonb({"from": S.RUNNING, "to": a.target, "status": a.target} | a.data)
+                    for _, a in batch
+                ],
+                "inv_outcomes": [a.invocation_outcome for _, a in batch],
+                "receipts": [None if a.receipt is None else Jsonb(a.receipt) for _, a in batch],
+                "handles": [a.provider_handle[:300] for _, a in batch],
+                "announce_ats": [
+                    (a.next_attempt_at or now)
+                    if a.target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER
+                    else None
+                    for op, a in batch
+                ],
+                "now": now,
+                "actor": actor,
+            },
+        )
+        out = cur.fetchall()
+    edges = {op.task_id: f"operation.{a.edge}" for op, a in batch}
+    announced = []
+    for kind, key, number, available_at in out:
+        if kind == "task":
+            _hint_seq_after_commit(key, number, edges[key])
+        else:
+            announced.append(
+                OutboxMessage(
+                    pk=number,
+                    topic="operation.execute",
+                    operation_id=key,
+                    created_at=now,
+                    available_at=available_at,
+                )
+            )
+    if announced:
+        transaction.on_commit(lambda: outbox_publish(announced))
+    return [op.pk for op, _ in batch]

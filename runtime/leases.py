@@ -558,3 +558,61 @@ def cancel_requested_txn(task_id: str, *, now: datetime, actor: str, reason: str
             data={"reason": reason},
         )
     return [pk for pk, _ in running]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one batch claim took: ``leases`` (all under one token), and ``handed_back``, the
+    operations it did not claim (not covered by the batch statement, held by another claimant,
+    or rolled back because their task stopped or paused under the claim): each to be run on the
+    one-operation path, which claims, settles or refuses it."""
+
+    leases: list[Lease]
+    handed_back: list[str]
+
+
+def operations_claim_batch(
+    operation_ids: list[str],
+    tools: list[str],
+    *,
+    execution_id: str,
+    now: datetime | None = None,
+) -> Batch:
+    """Claim those of ``operation_ids`` (quick calls of ``tools``, ``tool:version``) that the
+    common case covers, for ``execution_id``, each under its next lease generation, in one
+    transaction (PostgreSQL). The rest are neither claimed nor touched.
+
+    Preconditions: no transaction is open; the caller runs every lease it gets, and runs the
+    one-operation path for every id it did not get. Concurrent batch and single claims never
+    take one operation twice (rows another claimant holds are skipped; each guard is
+    re-checked under the row lock)."""
+    now = now or timezone.now()
+    token = secrets.token_urlsafe(32)
+    expires = now + timedelta(seconds=lease_seconds())
+    supported = set(_supported_tools())
+    if not operation_ids:
+        return Batch([], [])
+    try:
+        with transaction.atomic(durable=True):
+            ops = hotpath.claim_batch_txn(
+                operation_ids,
+                tools=[t for t in tools if t in supported],
+                execution_id=execution_id,
+                expires=expires,
+                token_digest=lease_token_digest(token),
+                actor=execution_actor(execution_id),
+                now=now,
+            )
+            crash_point("claim.batch_before_commit")
+    except hotpath.BatchStopped:
+        return Batch([], list(operation_ids))
+    claimed = {op.pk for op in ops}
+    return Batch(
+        [
+            Lease(
+                op.pk, op.lease_generation, op.state_version, expires, op.attempts_used, op, token
+            )
+            for op in ops
+        ],
+        [i for i in dict.fromkeys(operation_ids) if i not in claimed],
+    )

@@ -52,7 +52,14 @@ from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check, task_for_proposal
-from runtime.tools import Contract, ToolAdapter, ToolFailure, adapter_for, contract_of
+from runtime.tools import (
+    Contract,
+    ToolAdapter,
+    ToolFailure,
+    adapter_for,
+    adapters,
+    contract_of,
+)
 from runtime.transitions import OPERATION, OperationStatus
 from runtime.waits import wait_propose
 
@@ -688,3 +695,68 @@ _REPORTED = (
     Invocation.OUTCOME_FAILED_PERMANENT,
     Invocation.OUTCOME_UNKNOWN,
 )
+
+
+def operations_report_batch(
+    reports: list[tuple[Operation, Report]],
+    *,
+    lease_token: str,
+    execution_id: str,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> dict[str, str]:
+    """Accept the reports of one batch claim (``runtime.leases.operations_claim_batch``), each
+    with the claim's snapshot of its operation, in one transaction where the common case
+    applies; every other report goes through ``operation_report`` on its own afterwards (a
+    stale one is recorded and refused there). Returns each operation's outcome: the report's
+    outcome, or ``"rejected"``.
+
+    Preconditions: no transaction is open; every snapshot is the batch claim's (status running
+    under ``lease_token``)."""
+    now = now or timezone.now()
+    rng = rng or random.Random()
+    actor = execution_actor(execution_id)
+    decided = [
+        (
+            op,
+            report_decision(
+                op, report, adapter=adapters().get(op.tool), stopping=False, now=now, rng=rng
+            ),
+        )
+        for op, report in reports
+    ]
+    accepted: set[str] = set()
+    try:
+        with transaction.atomic(durable=True):
+            accepted = set(
+                hotpath.accept_batch_txn(
+                    decided,
+                    lease_token_digest=lease_token_digest(lease_token),
+                    actor=actor,
+                    now=now,
+                )
+            )
+            crash_point("report.batch_before_commit")
+    except hotpath.BatchStopped:
+        accepted = set()
+    outcomes: dict[str, str] = {}
+    for op, report in reports:
+        if op.pk in accepted:
+            outcomes[op.pk] = report.outcome
+            continue
+        try:
+            operation_report(
+                op.pk,
+                lease_generation=op.lease_generation,
+                lease_token=lease_token,
+                state_version=op.state_version,
+                report=report,
+                execution_id=execution_id,
+                snapshot=op,
+                now=now,
+                rng=rng,
+            )
+            outcomes[op.pk] = report.outcome
+        except StaleLease:
+            outcomes[op.pk] = "rejected"
+    return outcomes

@@ -71,11 +71,41 @@ def _child_stopping(**_: Any) -> None:
         log.debug("could not mark execution stopped", exc_info=True)
 
 
-@shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True)
-def execute_operation(operation_id: str, outbox_id: int | None = None) -> str:
+@shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True, bind=True)
+def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None) -> str:
     from runtime.executor import operation_execute
 
-    return operation_execute(operation_id)
+    outcome = operation_execute(operation_id)
+    if not self.request.called_directly:
+        _drain_delivered_queue(self.request)
+    return outcome
+
+
+@shared_task(name="runtime.drain_queue", ignore_result=True, acks_late=True)
+def drain_queue(queue: str) -> int:
+    """A drainer's next turn on a queue it left with work due, or a helper it asked for
+    (runtime.executor.queue_drain)."""
+    from runtime.drainers import draining_enabled
+    from runtime.executor import queue_drain
+
+    return queue_drain(queue, asked=True) if draining_enabled() else 0
+
+
+def _drain_delivered_queue(request: Any) -> None:
+    """After a delivery, a backlog of quick calls on its queue is drained in batches."""
+    from django.conf import settings
+
+    from runtime.drainers import draining_enabled
+    from runtime.executor import queue_drain
+
+    if not draining_enabled():
+        return
+    queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
+    try:
+        queue_drain(queue)
+    except Exception:
+        # The delivery's own work is done; what the batch left is recovered like any claim.
+        log.exception("draining %s failed", queue)
 
 
 @shared_task(name="runtime.wake_wait", ignore_result=True, acks_late=True)

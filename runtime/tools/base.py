@@ -78,6 +78,13 @@ class ToolAdapter:
     # Admission control groups tools into classes (TOOL_CONCURRENCY, TOOL_QUEUE_CAPACITY); a
     # tool without one is a class of its own.
     tool_class: str = ""
+    # Calls that finish in milliseconds in this process (no network, no waiting) may be run by
+    # a drainer, back to back with others under leases claimed together (runtime.drainers).
+    # ``quick`` may still decline a call by its parameters.
+    quick_calls: bool = False
+
+    def quick(self, params: dict[str, Any]) -> bool:
+        return self.quick_calls
 
     def validate(self, params: dict[str, Any]) -> None:
         """Raise InvalidInput for parameters this tool can never accept."""

@@ -50,6 +50,11 @@ class Echo(ToolAdapter):
     name = "demo.echo"
     contract = Contract.PURE
     demo = True
+    quick_calls = True
+
+    def quick(self, params: dict[str, Any]) -> bool:
+        # Injected faults and simulated work are exercised one call at a time.
+        return not params.get("_fault") and not params.get("_work_seconds")
 
     def validate(self, params: dict[str, Any]) -> None:
         faults.fault_parse(require_mapping(params))

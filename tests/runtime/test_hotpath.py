@@ -7,8 +7,6 @@ transition tables; the queue and list queries can use their indexes."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -23,33 +21,9 @@ from runtime.operations import OperationSpec, Report, operation_propose, operati
 from runtime.transitions import OPERATION
 from runtime.transitions import OperationStatus as S
 from tests import factories
+from tests.sqlcount import commits_counted, statements
 
 pytestmark = [pytest.mark.postgres]
-
-
-@contextmanager
-def _commits() -> Iterator[list[int]]:
-    """Count the commits Django makes on this connection (each outermost atomic block)."""
-    counted = [0]
-    real = connection.commit
-
-    def commit() -> None:
-        counted[0] += 1
-        real()
-
-    connection.commit = commit  # type: ignore[method-assign]
-    try:
-        yield counted
-    finally:
-        connection.commit = real  # type: ignore[method-assign]
-
-
-_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
-
-
-def _statements(ctx: CaptureQueriesContext) -> list[str]:
-    """The SQL statements sent (transaction control is counted as commits, not here)."""
-    return [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(_CONTROL)]
 
 
 def test_the_guarded_sources_in_the_sql_are_edges_of_the_table():
@@ -62,21 +36,21 @@ def test_propose_claim_accept_are_2_1_1_statements_and_3_commits():
     owner = factories.agent()
     task = factories.task(owner)
     execution = execution_for_agent("worker").pk
-    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
         op, created = operation_propose(
             owner.actor, task.pk, OperationSpec(tool="demo.echo", step="s", params={"v": 1})
         )
     assert created
-    assert len(_statements(ctx)) == 2, _statements(ctx)
+    assert len(statements(ctx)) == 2, statements(ctx)
     proposed_commits = commits[0]
 
-    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
         lease = operation_claim(op.pk, execution_id=execution)
     assert isinstance(lease, Lease)
-    assert len(_statements(ctx)) == 1, _statements(ctx)
+    assert len(statements(ctx)) == 1, statements(ctx)
     claimed_commits = commits[0]
 
-    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
         accepted = operation_report(
             op.pk,
             lease_generation=lease.lease_generation,
@@ -86,7 +60,7 @@ def test_propose_claim_accept_are_2_1_1_statements_and_3_commits():
             execution_id=execution,
             snapshot=lease.operation,
         )
-    assert len(_statements(ctx)) == 1, _statements(ctx)
+    assert len(statements(ctx)) == 1, statements(ctx)
     assert proposed_commits + claimed_commits + commits[0] == 3
     assert accepted.status == "succeeded"
 
@@ -130,7 +104,7 @@ def test_a_retry_through_the_one_statement_acceptance_is_announced_once():
             snapshot=lease.operation,
             rng=random.Random(1),
         )
-    assert len(_statements(ctx)) == 1
+    assert len(statements(ctx)) == 1
     assert accepted.status == "retry_scheduled"
     op.refresh_from_db()
     assert op.next_attempt_at is not None and op.next_attempt_at > timezone.now()
@@ -147,7 +121,7 @@ def test_a_heartbeat_is_one_statement():
     assert isinstance(lease, Lease)
     with CaptureQueriesContext(connection) as ctx:
         lease_heartbeat(op.pk, 1, lease.lease_token)
-    assert len(_statements(ctx)) == 1
+    assert len(statements(ctx)) == 1
 
 
 @pytest.mark.django_db
@@ -211,13 +185,13 @@ def test_a_proposal_over_rest_with_an_idempotency_key_is_one_commit():
     body = {"tool": "demo.echo", "step": "s", "params": {"v": 1}}
     # A token's first use records its last use (then at most once a minute): not the hot path.
     assert client.get(f"/api/v1/tasks/{task.pk}").status_code == 200
-    with _commits() as commits, CaptureQueriesContext(connection) as ctx:
+    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
         response = client.post(
             f"/api/v1/tasks/{task.pk}/operations", body, format="json", HTTP_IDEMPOTENCY_KEY="k1"
         )
     assert response.status_code == 201, response.content
     assert commits[0] == 1
-    assert len(_statements(ctx)) <= 7, _statements(ctx)
+    assert len(statements(ctx)) <= 7, statements(ctx)
     replay = client.post(
         f"/api/v1/tasks/{task.pk}/operations", body, format="json", HTTP_IDEMPOTENCY_KEY="k1"
     )

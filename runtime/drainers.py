@@ -1,0 +1,181 @@
+"""Drainers: under a backlog, one worker process per queue runs the queue's quick calls in
+batches (``runtime.executor.queue_drain``) instead of one Celery message each.
+
+A drainer registers in Redis (a sorted set per queue, scored by when its registration lapses).
+A proposal of a quick call, once committed, asks Redis in one script: if a drainer is
+registered for its queue, the operation's id goes onto the queue's drain list and no Celery
+message is published; otherwise the message is published as always. The drainer takes ids
+from the list in batches and claims them together. Nothing is lost by this:
+
+- the script is atomic, and a drainer leaves the set before it takes the list's last ids: an
+  id pushed while it was registered is taken by it; after it left, proposals publish;
+- the operation's outbox row, written in the proposal's transaction, stays the record: an id
+  lost with Redis, or left on the list by a drainer killed while registered (its registration
+  lapses after DRAIN_LEASE_SECONDS), is announced again by the sweeper once no claim consumed
+  the row within OUTBOX_GRACE_SECONDS; Redis unreachable reads as "no drainer";
+- every id a batch does not claim (a paused or stopping task, a deadline passed, another
+  claimant first) runs the one-operation path, which settles or refuses it.
+
+A worker starts draining only when messages wait for its queue in the broker (a backlog of
+DRAIN_BACKLOG or more); at a load the workers keep up with, every call keeps its own message and
+its lowest latency. Only calls a tool declares quick (``ToolAdapter.quick``: milliseconds, in
+this process) are drained: a batch runs its calls one after another under leases taken
+together, so a slow call would hold the others' leases."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from runtime.admission import tool_class_of
+from runtime.tools import adapters
+
+log = logging.getLogger(__name__)
+
+_KEY = "drainers:{queue}"
+_LIST = "drain:{queue}"
+# KEYS: the queue's drainer set, its drain list; ARGV: now, the operation id.
+_ANNOUNCE = """
+if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') > 0 then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+_clients: dict[int, Any] = {}
+
+
+def draining_enabled() -> bool:
+    """Batches need the PostgreSQL statements and a Redis registry; DRAIN_BATCH=0 turns them
+    off (every call then has its own message, as in the embedded mode)."""
+    return (
+        int(settings.DRAIN_BATCH) > 0
+        and bool(settings.REDIS_URL)
+        and connection.vendor == "postgresql"
+        and getattr(settings, "HOTPATH", True)
+    )
+
+
+def queue_of(tool: str) -> str:
+    """The Celery queue a tool's calls are announced on (TOOL_QUEUES, else the default)."""
+    return settings.TOOL_QUEUES.get(tool_class_of(tool)) or settings.CELERY_QUEUE
+
+
+def call_quick(tool: str, params: dict[str, Any]) -> bool:
+    """Whether a drainer may take this call: its tool says it is quick, its class has no
+    concurrency limit (a batch claim takes no slot), and batches are on."""
+    adapter = adapters().get(tool)
+    if adapter is None or not adapter.quick(params):
+        return False
+    if tool_class_of(tool) in settings.TOOL_CONCURRENCY:
+        return False
+    return draining_enabled()
+
+
+def drainable_tools(queue: str) -> list[str]:
+    """``tool:version`` of every quick-capable tool announced on ``queue`` that this worker
+    runs (what a drainer of that queue may claim)."""
+    return [
+        f"{name}:{version}"
+        for name, adapter in adapters().items()
+        if adapter.quick_calls
+        and queue_of(name) == queue
+        and tool_class_of(name) not in settings.TOOL_CONCURRENCY
+        for version in adapter.supported_versions
+    ]
+
+
+def _redis() -> Any:
+    import redis
+
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        _clients.clear()
+        client = _clients[pid] = redis.Redis.from_url(
+            str(settings.REDIS_URL), socket_timeout=2, socket_connect_timeout=2
+        )
+    return client
+
+
+def drain_announce(queue: str, operation_id: str) -> bool:
+    """After the proposal's commit: leave the call to ``queue``'s drainer if one is registered
+    (True: its id is on the drain list), else False (the caller publishes its message)."""
+    try:
+        key, items = _KEY.format(queue=queue), _LIST.format(queue=queue)
+        return bool(_redis().eval(_ANNOUNCE, 2, key, items, time.time(), operation_id))
+    except Exception:
+        log.warning("drainer registry unreachable; publishing", exc_info=True)
+        return False
+
+
+def drain_take(queue: str, limit: int) -> list[str]:
+    """Up to ``limit`` ids from ``queue``'s drain list, oldest first (none when Redis fails:
+    the sweeper announces what the list held)."""
+    try:
+        ids = _redis().lpop(_LIST.format(queue=queue), limit)
+    except Exception:
+        log.warning("drain list unreadable", exc_info=True)
+        return []
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
+
+
+def broker_backlog(queue: str) -> int:
+    """Messages waiting for ``queue`` in the broker (the Redis transport keeps a queue's
+    messages in a list named after it); 0 when Redis cannot say."""
+    try:
+        return int(_redis().llen(queue))
+    except Exception:
+        return 0
+
+
+def drainers_live(queue: str) -> int:
+    """How many drainers are registered for ``queue`` now; 0 when Redis cannot say."""
+    try:
+        return int(_redis().zcount(_KEY.format(queue=queue), time.time(), "+inf"))
+    except Exception:
+        log.warning("drainer registry unreadable; publishing", exc_info=True)
+        return 0
+
+
+class Registration:
+    """One drainer's entry in its queue's set, renewed as it works. ``leave`` must come
+    before the drainer's last look for work (see the module's note)."""
+
+    def __init__(self, queue: str) -> None:
+        self.key = _KEY.format(queue=queue)
+        self.member = f"{os.getpid()}:{uuid.uuid4().hex}"
+        self.registered = False
+
+    def renew(self) -> bool:
+        """Register (or extend) until DRAIN_LEASE_SECONDS from now; False when Redis failed
+        (the drainer then works unregistered: proposals keep publishing)."""
+        now = time.time()
+        try:
+            pipe = _redis().pipeline(transaction=False)
+            pipe.zadd(self.key, {self.member: now + float(settings.DRAIN_LEASE_SECONDS)})
+            # Lapsed entries of killed drainers are dropped on the way.
+            pipe.zremrangebyscore(self.key, "-inf", now)
+            pipe.execute()
+        except Exception:
+            log.warning("drainer could not register", exc_info=True)
+            self.registered = False
+            return False
+        self.registered = True
+        return True
+
+    def leave(self) -> None:
+        if not self.registered:
+            return
+        self.registered = False
+        try:
+            _redis().zrem(self.key, self.member)
+        except Exception:
+            # The entry lapses by itself; until then proposals rely on the sweeper.
+            log.warning("drainer could not leave the registry", exc_info=True)
