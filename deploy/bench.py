@@ -885,8 +885,10 @@ def main() -> int:
 
         wait_until(up, 60, "the ASGI server", every=0.2)
         probe.close()
+        vacuum()
         api = api_rounds(port, agent)
         log(f"REST: {api['api_propose_per_s']:.1f} proposals/s, p99 {api['api_p99_ms']:.1f} ms")
+        vacuum()
         reads = read_rounds(port, reader, seed)
         log(
             f"reads: list p99 {reads['list_p99_ms']:.1f} ms, timeline p99 "
