@@ -172,3 +172,53 @@ def test_the_web_server_serves_requests_from_a_pool_of_database_connections(serv
     # A request may start before the last one handed its connection back, so the pool can grow
     # by one or two; never by one backend per request.
     assert len([pid for pid, started in backends if started > since]) <= 5, backends
+
+
+def test_more_open_event_streams_than_pooled_connections_leave_requests_served(
+    transactional_db, tmp_path
+):
+    """A server-sent event stream hands its database connection back between reads: with a
+    pool of two, four open streams still leave room for an ordinary request, and each stream
+    still delivers a new event."""
+    import http.client
+    from urllib.parse import urlparse
+
+    from runtime.operations import OperationSpec, operation_propose
+    from tests.conftest import server_start
+
+    server = server_start(tmp_path, DB_POOL_MAX=2)
+    owner = factories.agent()
+    task = factories.task(owner)
+    address = urlparse(server.url)
+    streams = []
+    try:
+        for _ in range(4):
+            conn = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+            conn.request(
+                "GET",
+                f"/api/v1/tasks/{task.pk}/events?max_seconds=60",
+                headers={**owner.headers, "Accept": "text/event-stream"},
+            )
+            response = conn.getresponse()
+            assert response.status == 200
+            streams.append((conn, response))
+
+        plain = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        plain.request("GET", "/api/v1/tasks", headers=owner.headers)
+        answer = plain.getresponse()
+        assert answer.status == 200, answer.read()[:500]
+        plain.close()
+
+        operation_propose(
+            owner.actor, task.pk, OperationSpec(tool="demo.echo", step="s", params={"v": 1})
+        )
+        for _, response in streams:
+            seen = b""
+            while b"operation.proposed" not in seen:
+                line = response.fp.readline()
+                assert line, f"the stream ended before the event: {seen[-500:]!r}"
+                seen += line
+    finally:
+        for conn, _ in streams:
+            conn.close()
+        server.stop()
