@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connection
 
 from runtime.admission import tool_class_of
-from runtime.tools import adapters
+from runtime.tools import ToolAdapter, adapters
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +67,31 @@ def queue_of(tool: str) -> str:
     return settings.TOOL_QUEUES.get(tool_class_of(tool)) or settings.CELERY_QUEUE
 
 
+def _drainable(tool: str, adapter: ToolAdapter) -> bool:
+    """A tool whose calls can be quick, of a class without a concurrency limit (a batch claim
+    takes no slot)."""
+    return adapter.quick_calls and tool_class_of(tool) not in settings.TOOL_CONCURRENCY
+
+
 def call_quick(tool: str, params: dict[str, Any]) -> bool:
-    """Whether a drainer may take this call: its tool says it is quick, its class has no
-    concurrency limit (a batch claim takes no slot), and batches are on."""
+    """Whether a drainer may take this call: its tool is drainable and says this call is quick,
+    and batches are on."""
     adapter = adapters().get(tool)
-    if adapter is None or not adapter.quick(params):
-        return False
-    if tool_class_of(tool) in settings.TOOL_CONCURRENCY:
-        return False
-    return draining_enabled()
+    return (
+        adapter is not None
+        and _drainable(tool, adapter)
+        and adapter.quick(params)
+        and draining_enabled()
+    )
 
 
 def drainable_tools(queue: str) -> list[str]:
-    """``tool:version`` of every quick-capable tool announced on ``queue`` that this worker
-    runs (what a drainer of that queue may claim)."""
+    """``tool:version`` of every drainable tool announced on ``queue`` that this worker runs
+    (what a drainer of that queue may claim)."""
     return [
         f"{name}:{version}"
         for name, adapter in adapters().items()
-        if adapter.quick_calls
-        and queue_of(name) == queue
-        and tool_class_of(name) not in settings.TOOL_CONCURRENCY
+        if _drainable(name, adapter) and queue_of(name) == queue
         for version in adapter.supported_versions
     ]
 
@@ -126,22 +131,22 @@ def drain_take(queue: str, limit: int) -> list[str]:
     return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
 
 
-def broker_backlog(queue: str) -> int:
-    """Messages waiting for ``queue`` in the broker (the Redis transport keeps a queue's
-    messages in a list named after it); 0 when Redis cannot say."""
+def drainer_wanted(queue: str) -> bool:
+    """Whether ``queue`` needs one more drainer: DRAIN_BACKLOG or more messages wait for it in
+    the broker (the Redis transport keeps a queue's messages in a list named after it) and
+    fewer than DRAINERS_PER_QUEUE are registered. One round trip, made after every delivery;
+    False when Redis cannot say."""
     try:
-        return int(_redis().llen(queue))
+        pipe = _redis().pipeline(transaction=False)
+        pipe.llen(queue)
+        pipe.zcount(_KEY.format(queue=queue), time.time(), "+inf")
+        backlog, live = pipe.execute()
     except Exception:
-        return 0
-
-
-def drainers_live(queue: str) -> int:
-    """How many drainers are registered for ``queue`` now; 0 when Redis cannot say."""
-    try:
-        return int(_redis().zcount(_KEY.format(queue=queue), time.time(), "+inf"))
-    except Exception:
-        log.warning("drainer registry unreadable; publishing", exc_info=True)
-        return 0
+        log.warning("drainer registry unreadable", exc_info=True)
+        return False
+    return int(backlog) >= int(settings.DRAIN_BACKLOG) and int(live) < int(
+        settings.DRAINERS_PER_QUEUE
+    )
 
 
 class Registration:

@@ -14,10 +14,10 @@ from runtime.crashpoints import crash_point
 from runtime.db import contention_retry, outside_transaction
 from runtime.drainers import (
     Registration,
-    broker_backlog,
     drain_take,
     drainable_tools,
-    drainers_live,
+    drainer_wanted,
+    draining_enabled,
 )
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
@@ -77,18 +77,18 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
     """Drain ``queue``'s quick calls in batches (runtime.drainers) while they come, for up to
     DRAIN_SECONDS; returns how many calls were run.
 
-    A worker starts draining only when DRAIN_BACKLOG messages or more wait for the queue and no
-    drainer is registered for it (or when ``asked``: a ``runtime.drain_queue`` message). One
-    drainer per queue runs quick calls as fast as they come until its batches come back full:
-    then it asks for a helper. On the way out it leaves the registry first and then takes what
+    A worker starts draining only when DRAIN_BACKLOG messages or more wait for the queue and
+    fewer than DRAINERS_PER_QUEUE (1) drain it (or when ``asked``: a ``runtime.drain_queue``
+    message). A drainer runs quick calls as fast as they come until its batches come back
+    full: then it asks for a helper. On the way out it leaves the registry first and then takes what
     the list still holds.
 
-    Preconditions: in a worker process, no transaction open; batches are enabled
-    (``drainers.draining_enabled``)."""
-    tools = drainable_tools(queue)
-    if not tools:
+    Preconditions: in a worker process, no transaction open. Nothing happens where batches are
+    off (``drainers.draining_enabled``: the embedded mode, or DRAIN_BATCH=0)."""
+    if not draining_enabled():
         return 0
-    if not asked and (drainers_live(queue) or broker_backlog(queue) < int(settings.DRAIN_BACKLOG)):
+    tools = drainable_tools(queue)
+    if not tools or not (asked or drainer_wanted(queue)):
         return 0
     execution_id = execution_current()
     registration = Registration(queue)

@@ -81,7 +81,7 @@ _OP_NAMES = tuple(c.strip() for c in _OP_COLUMNS.split(","))
 _ANNOUNCE = """
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, %(payload)s, %(now)s, {available}, 0
+  SELECT 'operation.execute', op.id, '{{}}'::jsonb, %(now)s, {available}, 0
   FROM op WHERE %(announce)s
   RETURNING id"""
 
@@ -115,6 +115,15 @@ def ledger_needed(budget: dict[str, Any] | None) -> bool:
 def _deltas(source: str | None, target: str) -> dict[str, int]:
     a, c, b = status_deltas(source, target)
     return {"d_active": a, "d_claimable": c, "d_blocked": b}
+
+
+def _operation(values: dict[str, Any]) -> Operation:
+    """An operation from a statement's RETURNING columns."""
+    for name in _JSON_COLUMNS:
+        # Django has psycopg hand jsonb over as text (its JSONField decodes it).
+        if isinstance(values[name], str):
+            values[name] = json.loads(values[name])
+    return Operation(**values)
 
 
 def _task_row(values: tuple[Any, ...]) -> TaskRow:
@@ -264,12 +273,7 @@ def claim_txn(
         row = cur.fetchone()
     if row is None:
         return None
-    values = dict(zip(_OP_NAMES, row[: len(_OP_NAMES)], strict=True))
-    for name in _JSON_COLUMNS:
-        # Django has psycopg hand jsonb over as text (its JSONField decodes it).
-        if isinstance(values[name], str):
-            values[name] = json.loads(values[name])
-    op = Operation(**values)
+    op = _operation(dict(zip(_OP_NAMES, row[: len(_OP_NAMES)], strict=True)))
     task = _task_row(row[len(_OP_NAMES) : len(_OP_NAMES) + len(_TASK_NAMES)])
     # Limits: the task's (immutable) budget rides along, so settling needs no statement.
     budget = row[-1]
@@ -360,7 +364,6 @@ def accept_txn(
         "receipt": None if acceptance.receipt is None else Jsonb(acceptance.receipt),
         "handle": acceptance.provider_handle[:300],
         "announce": announce,
-        "payload": Jsonb({}),
         "now": now,
         "event_type": f"operation.{acceptance.edge}",
         "actor": actor,
@@ -414,7 +417,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     exists already (nothing written: the caller compares parameter hashes). The caller checks
     admission on the returned task row, read under its lock, and raises to roll back."""
     announce = op.executor == Operation.EXECUTOR_WORKER
-    # A quick call's announcement says a drainer may take it (runtime.drainers).
+    # A quick call goes to its queue's drainer when one is registered (runtime.drainers).
     quick = announce and call_quick(op.tool, op.params)
     params = {
         "id": op.pk,
@@ -435,7 +438,6 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         "signal": op.signal,
         "timeout_seconds": op.timeout_seconds,
         "announce": announce,
-        "payload": Jsonb({}),
         "now": now,
         "event_type": "operation.proposed",
         "actor": actor,
@@ -461,14 +463,14 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
 
 # --- batches (drainers) --------------------------------------------------------------------
 #
-# A drainer (runtime.drain) claims several announced quick calls in one transaction and accepts
+# A drainer (runtime.drainers) claims several quick calls in one transaction and accepts
 # their reports in one more, so a burst costs two commits per batch instead of two per
 # operation. Each batch is two statements: the operations' guarded UPDATE, whose result is
 # joined to the task rows locked in ascending id (``ORDER BY t.id FOR UPDATE``: the rows are
 # locked in that order, after the operation rows, which keeps the global lock order); then one
 # statement for the tasks' counters and journal positions, the events, the invocations and the
-# outbox rows. Anything a batch statement does not cover is left alone (its announcement stays)
-# or handed back to the caller, which runs the one-operation path for it.
+# outbox rows. Anything a batch statement does not cover is left untouched and handed back to
+# the caller, which runs the one-operation path for it.
 
 _BATCH_TASK_TOUCH = f"""
   UPDATE runtime_task SET
@@ -541,17 +543,6 @@ class BatchStopped(Exception):
     """A task of the batch stopped or paused while the batch waited for its row: the caller
     rolls the batch back and runs each of its operations on the one-operation path."""
 
-    def __init__(self, operation_ids: list[str]) -> None:
-        super().__init__(f"{len(operation_ids)} operations")
-        self.operation_ids = operation_ids
-
-
-def _operation(values: dict[str, Any]) -> Operation:
-    for name in _JSON_COLUMNS:
-        if isinstance(values[name], str):
-            values[name] = json.loads(values[name])
-    return Operation(**values)
-
 
 def claim_batch_txn(
     operation_ids: list[str],
@@ -587,7 +578,7 @@ def claim_batch_txn(
             row[n] != Cancellation.NONE or row[n + 1] == TaskCondition.TERMINAL or row[n + 2]
             for row in rows
         ):
-            raise BatchStopped([op.pk for op in ops])
+            raise BatchStopped
         claimed: dict[str, Any] = {
             "ids": [op.pk for op in ops],
             "tasks": [op.task_id for op in ops],
@@ -711,7 +702,7 @@ def accept_batch_txn(
             cancellation != Cancellation.NONE or cond == TaskCondition.TERMINAL
             for _, cancellation, cond in rows
         ):
-            raise BatchStopped([op.pk for op, _ in accepted])
+            raise BatchStopped
         done = {row[0] for row in rows}
         batch = [(op, a) for op, a in accepted if op.pk in done]
         if not batch:
@@ -735,11 +726,10 @@ def accept_batch_txn(
                 "inv_outcomes": [a.invocation_outcome for _, a in batch],
                 "receipts": [None if a.receipt is None else Jsonb(a.receipt) for _, a in batch],
                 "handles": [a.provider_handle[:300] for _, a in batch],
+                # (A batch holds worker-run calls only: a retry is announced again.)
                 "announce_ats": [
-                    (a.next_attempt_at or now)
-                    if a.target == S.RETRY_SCHEDULED and op.executor == Operation.EXECUTOR_WORKER
-                    else None
-                    for op, a in batch
+                    (a.next_attempt_at or now) if a.target == S.RETRY_SCHEDULED else None
+                    for _, a in batch
                 ],
                 "now": now,
                 "actor": actor,

@@ -578,25 +578,25 @@ def operations_claim_batch(
     execution_id: str,
     now: datetime | None = None,
 ) -> Batch:
-    """Claim those of ``operation_ids`` (quick calls of ``tools``, ``tool:version``) that the
-    common case covers, for ``execution_id``, each under its next lease generation, in one
+    """Claim those of ``operation_ids`` (quick calls of ``tools``, the ``tool:version`` this
+    worker runs: ``drainers.drainable_tools``) that the common case covers, for
+    ``execution_id``, each under its next lease generation, in one
     transaction (PostgreSQL). The rest are neither claimed nor touched.
 
     Preconditions: no transaction is open; the caller runs every lease it gets, and runs the
     one-operation path for every id it did not get. Concurrent batch and single claims never
     take one operation twice (rows another claimant holds are skipped; each guard is
     re-checked under the row lock)."""
+    if not operation_ids:
+        return Batch([], [])
     now = now or timezone.now()
     token = secrets.token_urlsafe(32)
     expires = now + timedelta(seconds=lease_seconds())
-    supported = set(_supported_tools())
-    if not operation_ids:
-        return Batch([], [])
     try:
         with transaction.atomic(durable=True):
             ops = hotpath.claim_batch_txn(
                 operation_ids,
-                tools=[t for t in tools if t in supported],
+                tools=tools,
                 execution_id=execution_id,
                 expires=expires,
                 token_digest=lease_token_digest(token),

@@ -85,21 +85,17 @@ def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None
 def drain_queue(queue: str) -> int:
     """A drainer's next turn on a queue it left with work due, or a helper it asked for
     (runtime.executor.queue_drain)."""
-    from runtime.drainers import draining_enabled
     from runtime.executor import queue_drain
 
-    return queue_drain(queue, asked=True) if draining_enabled() else 0
+    return queue_drain(queue, asked=True)
 
 
 def _drain_delivered_queue(request: Any) -> None:
     """After a delivery, a backlog of quick calls on its queue is drained in batches."""
     from django.conf import settings
 
-    from runtime.drainers import draining_enabled
     from runtime.executor import queue_drain
 
-    if not draining_enabled():
-        return
     queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
     try:
         queue_drain(queue)
