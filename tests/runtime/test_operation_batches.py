@@ -6,6 +6,7 @@ the drainer's leaving."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -325,6 +326,14 @@ def test_a_worker_drains_only_a_backlog_no_drainer_has(_broker, settings):
     _propose(owner, task, "m2")
     with _drainer_registered():  # three wait, but another drainer has the queue
         assert executor.queue_drain(QUEUE) == 0
+        settings.DRAINERS_PER_QUEUE = 2  # unless the queue may have two: then it joins
+        joined: list[int] = []
+        with crash_point_installed(
+            "drain.leaving", lambda: joined.append(_broker.zcard(f"drainers:{QUEUE}"))
+        ):
+            executor.queue_drain(QUEUE)
+        assert joined == [2]
+        settings.DRAINERS_PER_QUEUE = 1
     # Three wait and nobody drains: this worker registers, and the next proposal is its.
     registered: list[int] = []
 
@@ -397,3 +406,92 @@ def test_a_real_worker_drains_a_backlog_and_takes_new_proposals_off_the_broker(
     assert published == []  # the late ones went to the drainer, not to the broker
     assert Invocation.objects.filter(operation_id__in=every).count() == 40
     _journal_is_whole([t.pk for t in tasks])
+
+
+def test_a_pause_committed_while_a_batch_claim_waits_for_the_task_claims_nothing():
+    """The batch picked the operations while the task was unpaused, then waited for the task
+    row a pause held: once the pause commits, the batch rolls back and hands every id back."""
+    from runtime.control import task_pause
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    ids = [_propose(owner, task, f"q{i}").pk for i in range(3)]
+
+    with gate_at("control.applied", "pause") as gate:
+        _, paused = in_thread(lambda: task_pause(owner.actor, task.pk, reason="hold"), "pause")
+        assert gate.reached.wait(30)
+        _, batch = in_thread(
+            lambda: operations_claim_batch(ids, TOOLS, execution_id=execution_for_agent("d").pk),
+            "batch",
+        )
+        wait_until_blocked_on_a_lock("the batch to wait for the paused task's row")
+        gate.release()
+        paused.result(timeout=60)
+        got = batch.result(timeout=60)
+
+    assert (got.leases, got.handed_back) == ([], ids)
+    assert set(Operation.objects.values_list("status", "lease_generation")) == {(S.PENDING, 0)}
+    assert not Invocation.objects.exists()
+    _journal_is_whole([task.pk])
+
+
+def test_a_cancel_committed_while_a_batch_acceptance_waits_settles_through_the_one_operation_path():
+    """The cancel holds the task's running operations when the batch's acceptance arrives: the
+    acceptance waits for them, then finds the task stopping under its lock, rolls back and
+    accepts each report on the one-operation path, which lets the task come to rest."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    ids = [_propose(owner, task, f"q{i}").pk for i in range(2)]
+    execution = execution_for_agent("drainer").pk
+    batch = operations_claim_batch(ids, TOOLS, execution_id=execution)
+    assert len(batch.leases) == 2
+
+    with gate_at("cancel.after_lock", "cancel") as gate:
+        _, cancelled = in_thread(lambda: task_cancel(owner.actor, task.pk, reason="stop"), "cancel")
+        assert gate.reached.wait(30)
+        _, reported = in_thread(
+            lambda: operations_report_batch(
+                [(lease.operation, _ok(lease.operation)) for lease in batch.leases],
+                lease_token=batch.leases[0].lease_token,
+                execution_id=execution,
+            ),
+            "report",
+        )
+        wait_until_blocked_on_a_lock("the acceptance to wait for the cancel's rows")
+        gate.release()
+        cancelled.result(timeout=60)
+        outcomes = reported.result(timeout=60)
+
+    assert outcomes == {i: "succeeded" for i in ids}
+    assert set(Operation.objects.values_list("status", flat=True)) == {S.SUCCEEDED}
+    task.refresh_from_db()
+    assert (task.condition, task.cancellation) == ("terminal", "quiescent")
+    _journal_is_whole([task.pk])
+
+
+def test_a_drainer_out_of_time_or_kept_full_hands_its_queue_on(_broker, settings):
+    """A session out of time leaves its list to a next turn, and a full batch asks for a
+    helper: each is a ``runtime.drain_queue`` message on the queue; nothing is left behind."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    settings.DRAIN_BATCH = 2
+    settings.DRAIN_SECONDS = 0
+    with _drainer_registered():
+        ids = [_propose(owner, task, f"q{i}").pk for i in range(5)]
+
+    assert executor.queue_drain(QUEUE, asked=True) == 2  # one batch, then out of time
+    assert _sent_tasks(_broker) == ["runtime.drain_queue"]  # the session's next turn
+    assert _broker.llen(f"drain:{QUEUE}") == 3
+    assert _broker.zcard(f"drainers:{QUEUE}") == 0
+    _broker.delete(QUEUE)
+    settings.DRAIN_SECONDS = 60
+    # In time, the next turn's first batch comes back full: it asks for one helper.
+    assert executor.queue_drain(QUEUE, asked=True) == 3
+    assert _sent_tasks(_broker) == ["runtime.drain_queue"]
+    assert set(Operation.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        S.SUCCEEDED
+    }
+
+
+def _sent_tasks(broker: redis.Redis) -> list[str]:
+    return [json.loads(m)["headers"]["task"] for m in broker.lrange(QUEUE, 0, -1)]
