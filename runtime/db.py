@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import connection
 
@@ -71,3 +71,22 @@ def contention_retry(fn: Callable[[], T], *, attempts: int = 3) -> T:
                 raise
             time.sleep(random.uniform(0.005, 0.03) * attempt)
     raise AssertionError("unreachable")
+
+
+def prepared_cursor() -> Any:
+    """A cursor for the statements every operation runs (the hot path): on PostgreSQL it binds
+    parameters on the server, so psycopg prepares each statement once per connection after
+    a few runs (its ``prepare_threshold``) and the server stops parsing and planning the
+    large data-modifying CTEs for every operation. Django's own cursors bind on the client
+    (they inline the values into the text), which no server can prepare. Execute wrappers
+    (query counting) still see every statement."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    import psycopg
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    cursor: Any = psycopg.Cursor(connection.connection)
+    if connection.queries_logged:  # as Django's own cursor() does (debug and query capture)
+        return connection.make_debug_cursor(cursor)
+    return connection.make_cursor(cursor)

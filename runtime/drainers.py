@@ -49,6 +49,7 @@ end
 return 0
 """
 _clients: dict[int, Any] = {}
+_scripts: dict[int, Any] = {}
 
 
 def draining_enabled() -> bool:
@@ -109,12 +110,23 @@ def _redis() -> Any:
     return client
 
 
+def _announce_script() -> Any:
+    """The announce script, sent by its digest (EVALSHA; redis-py loads it again should the
+    server have lost it)."""
+    client = _redis()
+    script = _scripts.get(id(client))
+    if script is None:
+        _scripts.clear()
+        script = _scripts[id(client)] = client.register_script(_ANNOUNCE)
+    return script
+
+
 def drain_announce(queue: str, operation_id: str) -> bool:
     """After the proposal's commit: leave the call to ``queue``'s drainer if one is registered
     (True: its id is on the drain list), else False (the caller publishes its message)."""
     try:
         key, items = _KEY.format(queue=queue), _LIST.format(queue=queue)
-        return bool(_redis().eval(_ANNOUNCE, 2, key, items, time.time(), operation_id))
+        return bool(_announce_script()(keys=[key, items], args=[time.time(), operation_id]))
     except Exception:
         log.warning("drainer registry unreachable; publishing", exc_info=True)
         return False

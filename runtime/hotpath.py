@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from runtime.budgets import budget_remember
+from runtime.db import prepared_cursor
 from runtime.drainers import call_quick, drain_announce, queue_of
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
@@ -152,17 +153,17 @@ def _publish_after_commit(
     the commit (the order runtime.drainers depends on)."""
     if outbox_id is None:
         return
-    message = OutboxMessage(
-        pk=outbox_id,
-        topic="operation.execute",
-        operation_id=operation_id,
-        created_at=now,
-        available_at=available_at,
-    )
 
     def publish() -> None:
         if drain_queue is not None and drain_announce(drain_queue, operation_id):
             return
+        message = OutboxMessage(
+            pk=outbox_id,
+            topic="operation.execute",
+            operation_id=operation_id,
+            created_at=now,
+            available_at=available_at,
+        )
         outbox_publish([message])
 
     transaction.on_commit(publish)
@@ -268,7 +269,7 @@ def claim_txn(
         **_deltas(S.PENDING, S.RUNNING),
     }
     params["event_data"] = Jsonb({"to": S.RUNNING, "status": S.RUNNING, "execution": execution_id})
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_CLAIM_SQL, params)  # type: ignore[arg-type]
         row = cur.fetchone()
     if row is None:
@@ -373,7 +374,7 @@ def accept_txn(
         ),
         **_deltas(S.RUNNING, acceptance.target),
     }
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_ACCEPT_SQL, params)  # type: ignore[arg-type]
         row = cur.fetchone()
     if row is None:
@@ -446,7 +447,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         ),
         **_deltas(None, S.PENDING),
     }
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_PROPOSE_SQL, params)  # type: ignore[arg-type]
         row = cur.fetchone()
     if row is None:
@@ -567,7 +568,7 @@ def claim_batch_txn(
         "digest": token_digest,
         "now": now,
     }
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_BATCH_CLAIM_SQL, claim)  # type: ignore[arg-type]
         rows = cur.fetchall()
         if not rows:
@@ -682,7 +683,7 @@ def accept_batch_txn(
     Raises BatchStopped (the caller rolls back) when a task of the batch is stopping."""
     if not accepted:
         return []
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(
             _BATCH_ACCEPT_SQL,
             {

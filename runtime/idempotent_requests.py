@@ -11,6 +11,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from runtime.db import prepared_cursor
 from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress
 from runtime.models import IdempotentRequest
 
@@ -74,7 +75,7 @@ def request_claim_txn(
     Preconditions: inside ``atomic(durable=True)`` on PostgreSQL."""
     if not _valid_key(key):
         raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(
             "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 7))", [f"{principal}|{key}"]
         )

@@ -19,7 +19,7 @@ from runtime.budgets import (
     child_allocate_txn,
     ledger_open_txn,
 )
-from runtime.db import db_datetime
+from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Task
@@ -159,7 +159,7 @@ def task_for_proposal(actor: Actor, task_id: str) -> Task | None:
     uses, because it runs once per proposal, where building the model through a queryset cost
     more CPU than the query itself."""
     scope, params = task_scope_sql(actor, "t")
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_PROPOSAL_TASK_SQL + scope, [task_id, *params])
         row = cur.fetchone()
     if row is None:

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import Actor, actor_for_agent, actor_for_user
-from runtime.db import db_datetime
+from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
 from runtime.ratelimits import attempt_begin, attempt_succeeded, token_limits
@@ -121,7 +121,7 @@ def _live_token(prefix: str) -> _Presented | None:
         f"LEFT JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id "
         "WHERE t.prefix = %s AND t.revoked_at IS NULL"
     )
-    with connection.cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(sql, [prefix])
         row = cur.fetchone()
     if row is None:

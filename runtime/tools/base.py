@@ -129,12 +129,16 @@ class ToolAdapter:
 
 
 _REGISTRY: dict[str, ToolAdapter] = {}
+# The visible adapters, by DEMO_TOOLS; emptied by each registration. Every proposal and claim
+# asks for them several times, and rebuilding the dict each time showed in the profile.
+_VISIBLE: dict[bool, dict[str, ToolAdapter]] = {}
 
 
 def register(adapter: ToolAdapter) -> ToolAdapter:
     if not adapter.name:
         raise ValueError("a tool adapter needs a name")
     _REGISTRY[adapter.name] = adapter
+    _VISIBLE.clear()
     return adapter
 
 
@@ -144,8 +148,14 @@ def _load() -> None:
 
 
 def adapters() -> dict[str, ToolAdapter]:
-    _load()
-    return {name: a for name, a in _REGISTRY.items() if settings.DEMO_TOOLS or not a.demo}
+    """The adapters this deployment offers, by name (read-only: shared between callers)."""
+    demo = bool(settings.DEMO_TOOLS)
+    visible = _VISIBLE.get(demo)
+    if visible is None:
+        _load()
+        visible = {name: a for name, a in _REGISTRY.items() if demo or not a.demo}
+        _VISIBLE[demo] = visible
+    return visible
 
 
 def adapter_for(name: str) -> ToolAdapter:

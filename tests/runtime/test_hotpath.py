@@ -114,6 +114,57 @@ def test_a_retry_through_the_one_statement_acceptance_is_announced_once():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_hot_statements_are_prepared_on_the_server_after_a_few_runs():
+    owner = factories.agent()
+    task = factories.task(owner)
+    execution = execution_for_agent("worker").pk
+    for i in range(7):  # past psycopg's prepare_threshold (DB_PREPARE_THRESHOLD, 5)
+        op, _ = operation_propose(
+            owner.actor, task.pk, OperationSpec(tool="demo.echo", step=f"s{i}", params={"i": i})
+        )
+        lease = operation_claim(op.pk, execution_id=execution)
+        assert isinstance(lease, Lease)
+        operation_report(
+            op.pk,
+            lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=Report(outcome="succeeded", result={}),
+            execution_id=execution,
+            snapshot=lease.operation,
+        )
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cur.fetchall()]
+    # The proposal's read and statement, the claim and the acceptance: parsed once, not per run.
+    assert any("INSERT INTO runtime_operation" in sql for sql in prepared), prepared
+    assert any("FROM runtime_task t" in sql and "a.number" in sql for sql in prepared)
+    assert any(
+        "UPDATE runtime_operation o SET" in sql and "lease_generation + 1" in sql
+        for sql in prepared
+    )
+    assert any("result = $" in sql and "o.lease_token_digest = $" in sql for sql in prepared)
+
+
+def test_preparing_can_be_turned_off_for_a_pooler_that_cannot_keep_prepared_statements(
+    monkeypatch,
+):
+    from console.settings import _database_from_url
+
+    url = "postgres://u@h:5432/d"
+    monkeypatch.delenv("DB_PREPARE_THRESHOLD", raising=False)
+    assert _database_from_url(url)["OPTIONS"]["prepare_threshold"] == 5  # type: ignore[index]
+    monkeypatch.setenv("DB_PREPARE_THRESHOLD", "off")
+    assert _database_from_url(url)["OPTIONS"]["prepare_threshold"] is None  # type: ignore[index]
+    assert (
+        _database_from_url(url + "?prepare_threshold=2")["OPTIONS"][  # type: ignore[index]
+            "prepare_threshold"
+        ]
+        == 2
+    )
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_heartbeat_is_one_statement():
     owner = factories.agent()
     op = factories.operation(owner, factories.task(owner))
