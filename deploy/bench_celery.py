@@ -16,7 +16,9 @@ from celery import Celery
 QUEUE = "bench_noop"
 COUNTER = "bench:noop:done"
 
-app = Celery("bench_noop", broker=os.environ["REDIS_URL"])
+# Not the process's current app: the bench's driver also proposes through the console's app
+# (runtime.worker's shared tasks follow the current app), between plain Celery's rounds.
+app = Celery("bench_noop", broker=os.environ["REDIS_URL"], set_as_current=False)
 app.conf.update(
     task_ignore_result=True,
     task_default_queue=QUEUE,
