@@ -140,6 +140,19 @@ def _hint_after_commit(task: TaskRow, event_type: str) -> None:
     transaction.on_commit(lambda: event_hint(task.id, task.event_seq, event_type))
 
 
+def _announcement(
+    outbox_id: int, operation_id: str, available_at: datetime, now: datetime
+) -> OutboxMessage:
+    """The outbox row a statement wrote (``_ANNOUNCE``), as the relay publishes it."""
+    return OutboxMessage(
+        pk=outbox_id,
+        topic="operation.execute",
+        operation_id=operation_id,
+        created_at=now,
+        available_at=available_at,
+    )
+
+
 def _publish_after_commit(
     outbox_id: int | None,
     operation_id: str,
@@ -157,14 +170,7 @@ def _publish_after_commit(
     def publish() -> None:
         if drain_queue is not None and drain_announce(drain_queue, operation_id):
             return
-        message = OutboxMessage(
-            pk=outbox_id,
-            topic="operation.execute",
-            operation_id=operation_id,
-            created_at=now,
-            available_at=available_at,
-        )
-        outbox_publish([message])
+        outbox_publish([_announcement(outbox_id, operation_id, available_at, now)])
 
     transaction.on_commit(publish)
 
@@ -487,6 +493,21 @@ _BATCH_TASK_TOUCH = f"""
   RETURNING runtime_task.id, runtime_task.event_seq, runtime_task.condition,
     runtime_task.state_version, d.n"""  # noqa: S608
 
+
+def _batch_events(event_type: str, data: str) -> str:
+    """The journal rows of a batch statement: one per operation row of ``c``, numbered after
+    its task's earlier events (``task`` returned each task's new last seq and its count ``n``),
+    with ``data`` (SQL over ``c``) and the task's condition after the statement."""
+    return f"""
+  INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
+  SELECT task.id,
+    task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
+    {event_type}, %(now)s, c.state_version, c.id, %(actor)s,
+    {data} || jsonb_build_object(
+      'task_condition', task.condition, 'task_state_version', task.state_version)
+  FROM c JOIN task ON task.id = c.task_id"""  # noqa: S608
+
+
 _BATCH_CLAIM_SQL = f"""
 WITH pick AS (
   SELECT o.id FROM runtime_operation o
@@ -520,15 +541,13 @@ WITH c AS (
     count(*)::int * %(d_claimable)s AS d_claimable, count(*)::int * %(d_blocked)s AS d_blocked
   FROM c GROUP BY task_id
 ), task AS ({_BATCH_TASK_TOUCH}
-), ev AS (
-  INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
-  SELECT task.id,
-    task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
-    'operation.claimed', %(now)s, c.state_version, c.id, %(actor)s,
-    %(event_data)s::jsonb || jsonb_build_object(
-      'lease_generation', c.lease_generation, 'attempt', c.attempt,
-      'task_condition', task.condition, 'task_state_version', task.state_version)
-  FROM c JOIN task ON task.id = c.task_id
+), ev AS ({
+    _batch_events(
+        "'operation.claimed'",
+        "%(event_data)s::jsonb || jsonb_build_object("
+        "'lease_generation', c.lease_generation, 'attempt', c.attempt)",
+    )
+}
 ), inv AS (
   INSERT INTO runtime_invocation
     (operation_id, number, lease_generation, execution_id, started_at, provider_handle)
@@ -646,14 +665,7 @@ WITH c AS (
     sum(d_claimable)::int AS d_claimable, sum(d_blocked)::int AS d_blocked
   FROM c GROUP BY task_id
 ), task AS ({_BATCH_TASK_TOUCH}
-), ev AS (
-  INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
-  SELECT task.id,
-    task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
-    c.event_type, %(now)s, c.state_version, c.id, %(actor)s,
-    c.event_data || jsonb_build_object(
-      'task_condition', task.condition, 'task_state_version', task.state_version)
-  FROM c JOIN task ON task.id = c.task_id
+), ev AS ({_batch_events("c.event_type", "c.event_data")}
 ), inv AS (
   UPDATE runtime_invocation i SET outcome = c.inv_outcome, finished_at = %(now)s,
     receipt = c.receipt, provider_handle = c.handle
@@ -743,15 +755,7 @@ def accept_batch_txn(
         if kind == "task":
             _hint_seq_after_commit(key, number, edges[key])
         else:
-            announced.append(
-                OutboxMessage(
-                    pk=number,
-                    topic="operation.execute",
-                    operation_id=key,
-                    created_at=now,
-                    available_at=available_at,
-                )
-            )
+            announced.append(_announcement(number, key, available_at, now))
     if announced:
         transaction.on_commit(lambda: outbox_publish(announced))
     return [op.pk for op, _ in batch]
