@@ -29,7 +29,7 @@ It ends with one line (see the performance issue for the keys):
 and writes var/bench/report.md with var/bench/throughput.svg. BENCH_QUICK=1 runs every part small
 (well under a minute once the read data is seeded; BENCH_READ_EVENTS=20000 by default there).
 
-Knobs: WORKERS (2), BENCH_ROUNDS (3), BENCH_OPS (600 per round), BENCH_PROPOSERS (2 threads),
+Knobs: WORKERS (2), BENCH_ROUNDS (5), BENCH_OPS (2000 per round), BENCH_PROPOSERS (2 threads),
 BENCH_TASKS (20 per round), BENCH_PACED_SECONDS (8), BENCH_SAMPLE (40 operations for the counts),
 BENCH_CELERY_TASKS (3000), BENCH_DBOS_WORKFLOWS (1500), BENCH_DBOS_THREADS (4 x WORKERS),
 BENCH_API_REQUESTS (600), BENCH_API_CLIENTS (8), BENCH_READ_EVENTS (1000000),
@@ -76,8 +76,8 @@ def knob(name: str, default: int, quick: int) -> int:
 
 
 WORKERS = int(os.environ.get("WORKERS", "2"))
-ROUNDS = knob("BENCH_ROUNDS", 3, 1)
-OPS = knob("BENCH_OPS", 600, 60)
+ROUNDS = knob("BENCH_ROUNDS", 5, 1)
+OPS = knob("BENCH_OPS", 2000, 60)
 PROPOSERS = knob("BENCH_PROPOSERS", 2, 2)
 TASKS_PER_ROUND = knob("BENCH_TASKS", 20, 5)
 PACED_SECONDS = knob("BENCH_PACED_SECONDS", 8, 2)

@@ -35,6 +35,12 @@ def _slot_lock_txn(tool_class: str) -> None:
     ToolSlot.objects.select_for_update().filter(tool_class=tool_class).first()
 
 
+def queue_limited(tool: str) -> bool:
+    """Whether proposals of this tool's class are counted against a queue capacity (and so
+    need a transaction around the count and the insert)."""
+    return tool_class_of(tool) in settings.TOOL_QUEUE_CAPACITY
+
+
 def queue_admit_txn(tool: str) -> None:
     """Refuse a proposal when its tool class already has M admitted and waiting operations.
     First statement of the proposal's transaction (slot before operation and task rows)."""

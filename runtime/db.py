@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 T = TypeVar("T")
 
@@ -73,6 +73,19 @@ def contention_retry(fn: Callable[[], T], *, attempts: int = 3) -> T:
     raise AssertionError("unreachable")
 
 
+# The SQLSTATE of ``runtime_refuse(code)`` (migration 0012): a statement that refused itself.
+REFUSED_SQLSTATE = "RT409"
+
+
+def refusal_code(exc: BaseException) -> str | None:
+    """The code a statement refused itself with (``runtime_refuse``), or None when ``exc`` is
+    any other error. The statement failed, so it wrote nothing."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) != REFUSED_SQLSTATE:
+        return None
+    return str(cause.diag.message_primary)  # type: ignore[union-attr]
+
+
 def prepared_cursor() -> Any:
     """A cursor for the statements every operation runs (the hot path): on PostgreSQL it binds
     parameters on the server, so psycopg prepares each statement once per connection after
@@ -80,13 +93,16 @@ def prepared_cursor() -> Any:
     large data-modifying CTEs for every operation. Django's own cursors bind on the client
     (they inline the values into the text), which no server can prepare. Execute wrappers
     (query counting) still see every statement."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
+    # The default connection, looked up once: each attribute read through the ``connection``
+    # proxy is a lookup of the thread's connection, and this runs twice per proposal.
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor != "postgresql":
+        return conn.cursor()
     import psycopg
 
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    cursor: Any = psycopg.Cursor(connection.connection)
-    if connection.queries_logged:  # as Django's own cursor() does (debug and query capture)
-        return connection.make_debug_cursor(cursor)
-    return connection.make_cursor(cursor)
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    cursor: Any = psycopg.Cursor(conn.connection)
+    if conn.queries_logged:  # as Django's own cursor() does (debug and query capture)
+        return conn.make_debug_cursor(cursor)
+    return conn.make_cursor(cursor)

@@ -37,16 +37,17 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from psycopg.types.json import Jsonb
 
 from runtime.budgets import budget_remember
-from runtime.db import prepared_cursor
+from runtime.db import prepared_cursor, refusal_code
 from runtime.drainers import call_quick, drain_announce, queue_of
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.statemachine import status_deltas
+from runtime.tasks import admission_refusal_sql, admission_refused
 from runtime.transitions import OPERATION, Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
@@ -55,6 +56,16 @@ S = OperationStatus
 def _in(statuses: tuple[str, ...] | list[str]) -> str:
     # Literals from the transition tables' constants only (never from input).
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
+
+
+def _unindexed(condition: str) -> str:
+    """``condition`` in a form no index can serve (a boolean test is not an index qualification).
+    The statements that are handed their operations' ids guard status and compensation with it,
+    so that their rows are found by id whatever the statistics say: a queue is often analysed
+    while it holds no work, and the planner, believing few rows pending or running, would pick
+    a status index for the prepared statement's generic plan and read every pending row on
+    every claim (a burst's cost then grows with its square)."""
+    return f"({condition}) IS TRUE"
 
 
 # The guarded sources of each statement, from the tables.
@@ -70,14 +81,11 @@ _EVENT = """
   FROM op, task
 """
 
-_OP_COLUMNS = (
-    "id, task_id, attempt_id, kind, tool, tool_version, step, intent_version, params, "
-    "params_hash, idempotency_key, executor, status, state_version, lease_generation, "
-    "lease_expires_at, lease_token_digest, execution_id, attempts_used, max_attempts, "
-    "first_attempt_at, next_attempt_at, deadline, cancel_requested, estimate, signal, "
-    "timeout_seconds, result, error, status_reason, compensates_id, created_at, updated_at"
-)
-_OP_NAMES = tuple(c.strip() for c in _OP_COLUMNS.split(","))
+# Every column of the operation row, in the model's field order: a statement that returns an
+# operation returns all of them, and the model is built from them positionally (Model.from_db),
+# not field by field from keywords, which cost a worker more than the batch's array parameters.
+_OP_NAMES = tuple(f.column for f in Operation._meta.concrete_fields)
+_OP_ATTNAMES = tuple(f.attname for f in Operation._meta.concrete_fields)
 # The outbox row a statement writes for worker-run work (when %(announce)s), due at {available}.
 _ANNOUNCE = """
   INSERT INTO runtime_outboxmessage
@@ -87,6 +95,7 @@ _ANNOUNCE = """
   RETURNING id"""
 
 _JSON_COLUMNS = ("params", "estimate", "result", "error")
+_JSON_INDEXES = tuple(i for i, name in enumerate(_OP_NAMES) if name in _JSON_COLUMNS)
 _TASK_NAMES = (
     "id",
     "event_seq",
@@ -118,13 +127,14 @@ def _deltas(source: str | None, target: str) -> dict[str, int]:
     return {"d_active": a, "d_claimable": c, "d_blocked": b}
 
 
-def _operation(values: dict[str, Any]) -> Operation:
-    """An operation from a statement's RETURNING columns."""
-    for name in _JSON_COLUMNS:
+def _operation(values: tuple[Any, ...]) -> Operation:
+    """An operation from a statement's RETURNING columns (``_OP_NAMES``, in that order)."""
+    row = list(values)
+    for i in _JSON_INDEXES:
         # Django has psycopg hand jsonb over as text (its JSONField decodes it).
-        if isinstance(values[name], str):
-            values[name] = json.loads(values[name])
-    return Operation(**values)
+        if isinstance(row[i], str):
+            row[i] = json.loads(row[i])
+    return Operation.from_db(connection.alias, _OP_ATTNAMES, row)
 
 
 def _task_row(values: tuple[Any, ...]) -> TaskRow:
@@ -203,8 +213,8 @@ _CLAIM_SET = f"""
     status_reason = '',
     cancel_requested = false,
     updated_at = %(now)s"""
-_CLAIM_GUARDS = f"""o.status IN {_in(CLAIM_SOURCES)}
-    AND o.compensates_id IS NULL
+_CLAIM_GUARDS = f"""{_unindexed(f"o.status IN {_in(CLAIM_SOURCES)}")}
+    AND {_unindexed("o.compensates_id IS NULL")}
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
     AND o.attempts_used < o.max_attempts
     AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
@@ -280,7 +290,7 @@ def claim_txn(
         row = cur.fetchone()
     if row is None:
         return None
-    op = _operation(dict(zip(_OP_NAMES, row[: len(_OP_NAMES)], strict=True)))
+    op = _operation(row[: len(_OP_NAMES)])
     task = _task_row(row[len(_OP_NAMES) : len(_OP_NAMES) + len(_TASK_NAMES)])
     # Limits: the task's (immutable) budget rides along, so settling needs no statement.
     budget = row[-1]
@@ -323,9 +333,9 @@ WITH op AS (
     next_attempt_at = %(next_at)s,
     lease_expires_at = NULL,
     updated_at = %(now)s
-  WHERE o.id = %(id)s AND o.status = '{S.RUNNING}'
+  WHERE o.id = %(id)s AND {_unindexed(f"o.status = '{S.RUNNING}'")}
     AND o.lease_generation = %(generation)s AND o.state_version = %(state_version)s
-    AND o.lease_token_digest = %(digest)s AND o.compensates_id IS NULL
+    AND o.lease_token_digest = %(digest)s AND {_unindexed("o.compensates_id IS NULL")}
     AND EXISTS (
       SELECT 1 FROM runtime_task t WHERE t.id = o.task_id
         AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}')
@@ -413,16 +423,19 @@ WITH op AS (
 ), ev AS ({_EVENT}
 ), announce AS ({_ANNOUNCE.format(available="%(now)s")}
 )
-SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM announce)
+SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM announce),
+  {admission_refusal_sql("task", "%(now)s")}
 FROM op, task
 """  # noqa: S608
 
 
 def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     """Insert a new pending operation (built, unsaved, by the caller) with its event and, for
-    worker-run work, its outbox row, in one statement. None when an operation with the same key
-    exists already (nothing written: the caller compares parameter hashes). The caller checks
-    admission on the returned task row, read under its lock, and raises to roll back."""
+    worker-run work, its outbox row, in one statement, which checks admission on the task row
+    it locked (tasks.ADMISSION_REFUSALS) and fails, writing nothing, when the task refuses:
+    TaskRefused. None when an operation with the same key exists already (nothing written: the
+    caller compares parameter hashes). Runs inside the caller's transaction, or as its own
+    (autocommit); its announcement goes out after that commit."""
     announce = op.executor == Operation.EXECUTOR_WORKER
     # A quick call goes to its queue's drainer when one is registered (runtime.drainers).
     quick = announce and call_quick(op.tool, op.params)
@@ -453,9 +466,15 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         ),
         **_deltas(None, S.PENDING),
     }
-    with prepared_cursor() as cur:
-        cur.execute(_PROPOSE_SQL, params)  # type: ignore[arg-type]
-        row = cur.fetchone()
+    try:
+        with prepared_cursor() as cur:
+            cur.execute(_PROPOSE_SQL, params)  # type: ignore[arg-type]
+            row = cur.fetchone()
+    except DatabaseError as exc:
+        code = refusal_code(exc)
+        if code is None:
+            raise
+        raise admission_refused(code) from None
     if row is None:
         return None
     task = _task_row(row[: len(_TASK_NAMES)])
@@ -512,17 +531,17 @@ _BATCH_CLAIM_SQL = f"""
 WITH pick AS (
   SELECT o.id FROM runtime_operation o
     JOIN runtime_task t ON t.id = o.task_id
-  WHERE o.id = ANY(%(ids)s::varchar[])
+  WHERE o.id = ANY(%(ids)b::varchar[])
     AND o.executor = 'worker'
     AND {_CLAIM_GUARDS}
-    AND (o.tool || ':' || o.tool_version) = ANY(%(tools)s)
+    AND (o.tool || ':' || o.tool_version) = ANY(%(tools)b)
     AND t.budget = '{{}}'::jsonb
   ORDER BY o.id
   FOR UPDATE OF o SKIP LOCKED
 ), op AS (
   UPDATE runtime_operation o SET
 {_CLAIM_SET}
-  FROM pick WHERE o.id = pick.id AND o.status IN {_in(CLAIM_SOURCES)}
+  FROM pick WHERE o.id = pick.id AND {_unindexed(f"o.status IN {_in(CLAIM_SOURCES)}")}
   RETURNING {", ".join("o." + c for c in _OP_NAMES)}
 )
 SELECT {", ".join("op." + c for c in _OP_NAMES)}, t.cancellation, t.condition, t.paused
@@ -533,8 +552,8 @@ FOR UPDATE OF t
 
 _BATCH_CLAIMED_SQL = f"""
 WITH c AS (
-  SELECT * FROM unnest(%(ids)s::varchar[], %(tasks)s::varchar[], %(versions)s::int[],
-    %(generations)s::int[], %(attempts)s::int[])
+  SELECT * FROM unnest(%(ids)b::varchar[], %(tasks)b::varchar[], %(versions)b::int[],
+    %(generations)b::int[], %(attempts)b::int[])
     AS c(id, task_id, state_version, lease_generation, attempt)
 ), d AS (
   SELECT task_id, count(*)::int AS n, count(*)::int * %(d_active)s AS d_active,
@@ -553,7 +572,7 @@ WITH c AS (
     (operation_id, number, lease_generation, execution_id, started_at, provider_handle)
   SELECT c.id, c.attempt, c.lease_generation, %(execution)s, %(now)s, '' FROM c
 ), spent AS (
-  DELETE FROM runtime_outboxmessage WHERE operation_id = ANY(%(ids)s::varchar[])
+  DELETE FROM runtime_outboxmessage WHERE operation_id = ANY(%(ids)b::varchar[])
 )
 SELECT id, event_seq FROM task
 """  # noqa: S608
@@ -593,7 +612,7 @@ def claim_batch_txn(
         if not rows:
             return []
         n = len(_OP_NAMES)
-        ops = [_operation(dict(zip(_OP_NAMES, row[:n], strict=True))) for row in rows]
+        ops = [_operation(row[:n]) for row in rows]
         if any(
             row[n] != Cancellation.NONE or row[n + 1] == TaskCondition.TERMINAL or row[n + 2]
             for row in rows
@@ -626,11 +645,11 @@ def _hint_seq_after_commit(task_id: str, seq: int, event_type: str) -> None:
 
 _BATCH_ACCEPT_SQL = f"""
 WITH r AS (
-  SELECT * FROM unnest(%(ids)s::varchar[], %(targets)s::varchar[], %(results)s::jsonb[],
-    %(errors)s::jsonb[], %(next_ats)s::timestamptz[], %(generations)s::int[],
-    %(versions)s::int[]) AS r(id, target, result, error, next_at, generation, state_version)
+  SELECT * FROM unnest(%(ids)b::varchar[], %(targets)b::varchar[], %(results)b::jsonb[],
+    %(errors)b::jsonb[], %(next_ats)b::timestamptz[], %(generations)b::int[],
+    %(versions)b::int[]) AS r(id, target, result, error, next_at, generation, state_version)
 ), locked AS (
-  SELECT o.id FROM runtime_operation o WHERE o.id = ANY(%(ids)s::varchar[])
+  SELECT o.id FROM runtime_operation o WHERE o.id = ANY(%(ids)b::varchar[])
   ORDER BY o.id FOR UPDATE
 ), op AS (
   UPDATE runtime_operation o SET
@@ -641,9 +660,10 @@ WITH r AS (
     next_attempt_at = r.next_at,
     lease_expires_at = NULL,
     updated_at = %(now)s
-  FROM r, locked WHERE o.id = r.id AND locked.id = r.id AND o.status = '{S.RUNNING}'
+  FROM r, locked WHERE o.id = r.id AND locked.id = r.id
+    AND {_unindexed(f"o.status = '{S.RUNNING}'")}
     AND o.lease_generation = r.generation AND o.state_version = r.state_version
-    AND o.lease_token_digest = %(digest)s AND o.compensates_id IS NULL
+    AND o.lease_token_digest = %(digest)s AND {_unindexed("o.compensates_id IS NULL")}
   RETURNING o.id, o.task_id
 )
 SELECT op.id, t.cancellation, t.condition FROM op JOIN runtime_task t ON t.id = op.task_id
@@ -653,11 +673,11 @@ FOR UPDATE OF t
 
 _BATCH_ACCEPTED_SQL = f"""
 WITH c AS (
-  SELECT * FROM unnest(%(ids)s::varchar[], %(tasks)s::varchar[], %(versions)s::int[],
-    %(generations)s::int[], %(d_actives)s::int[], %(d_claimables)s::int[],
-    %(d_blockeds)s::int[], %(event_types)s::varchar[], %(event_datas)s::jsonb[],
-    %(inv_outcomes)s::varchar[], %(receipts)s::jsonb[], %(handles)s::varchar[],
-    %(announce_ats)s::timestamptz[])
+  SELECT * FROM unnest(%(ids)b::varchar[], %(tasks)b::varchar[], %(versions)b::int[],
+    %(generations)b::int[], %(d_actives)b::int[], %(d_claimables)b::int[],
+    %(d_blockeds)b::int[], %(event_types)b::varchar[], %(event_datas)b::jsonb[],
+    %(inv_outcomes)b::varchar[], %(receipts)b::jsonb[], %(handles)b::varchar[],
+    %(announce_ats)b::timestamptz[])
     AS c(id, task_id, state_version, generation, d_active, d_claimable, d_blocked, event_type,
       event_data, inv_outcome, receipt, handle, announce_at)
 ), d AS (
@@ -669,7 +689,8 @@ WITH c AS (
 ), inv AS (
   UPDATE runtime_invocation i SET outcome = c.inv_outcome, finished_at = %(now)s,
     receipt = c.receipt, provider_handle = c.handle
-  FROM c WHERE i.operation_id = c.id AND i.lease_generation = c.generation
+  FROM c WHERE i.operation_id = ANY(%(ids)b::varchar[])
+    AND i.operation_id = c.id AND i.lease_generation = c.generation
 ), announce AS (
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)

@@ -9,18 +9,19 @@ from __future__ import annotations
 import copy
 import math
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import Actor, execution_actor
-from runtime.admission import queue_admit_txn
+from runtime.admission import queue_admit_txn, queue_limited
 from runtime.approval_gate import (
     MAX_APPROVAL_TIMEOUT_SECONDS,
     approval_request_txn,
@@ -163,16 +164,21 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
         deadline=task.deadline,
     )
     if hotpath.enabled() and not gated and not hotpath.ledger_needed(task.budget):
-        # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row.
-        # (A task with a budget declines to the general path, whose guarded meter UPDATEs hold
-        # the estimate in the same transaction.)
-        with transaction.atomic():
+        # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row,
+        # admission checked inside it under the task's row lock (a refusal fails the statement,
+        # which then wrote nothing). With no transaction open and no queue capacity to count,
+        # it runs as its own transaction: no BEGIN and COMMIT round trips, and the task row is
+        # locked only while the server runs it. Inside a caller's transaction it runs in a
+        # savepoint, so a refusal leaves that transaction usable. (A task with a budget declines
+        # to the general path, whose guarded meter UPDATEs hold the estimate in the same
+        # transaction.)
+        own = connection.in_atomic_block or queue_limited(spec.tool)
+        with transaction.atomic() if own else nullcontext():
             # Limits: a tool class at its queue capacity refuses before anything is written.
             queue_admit_txn(spec.tool)
             row = hotpath.propose_txn(op, actor=actor.label, now=now)
-            if row is not None:
-                _admit(row, now)  # read under the task's row lock; a refusal rolls back
-                return op, True
+        if row is not None:
+            return op, True
     else:
         existing = Operation.objects.filter(task=task, idempotency_key=key).first()
         if existing is not None:

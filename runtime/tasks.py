@@ -241,18 +241,48 @@ def tasks_pending_operation_ids(task_ids: list[str], per_task: int = 100) -> dic
     return pending
 
 
+# Why a task admits no new work, in the order it is checked: (code, message, the same test over
+# the task row ``{t}`` in SQL, at ``{now}``). task_admission_check is the rule in Python; the
+# proposal statement refuses inside itself with admission_refusal_sql, rendered from this table
+# (tests/runtime/test_hotpath.py runs both over every combination).
+ADMISSION_REFUSALS: tuple[tuple[str, str, str], ...] = (
+    ("task_cancelled", "the task was cancelled", f"{{t}}.cancellation <> '{Cancellation.NONE}'"),
+    ("task_terminal", "the task has ended", f"{{t}}.condition = '{TaskCondition.TERMINAL}'"),
+    ("task_paused", "the task is paused", "{t}.paused"),
+    ("deadline_exceeded", "the task's deadline has passed", "{now} >= {t}.deadline"),
+)
+_ADMISSION_MESSAGES = {code: message for code, message, _ in ADMISSION_REFUSALS}
+
+
 def task_admission_check(
     *, condition: str, cancellation: str, paused: bool, deadline: datetime | None, now: datetime
 ) -> None:
     """Raise TaskRefused with the contract's code when the task admits no new work. Pure."""
-    if cancellation != Cancellation.NONE:
-        raise TaskRefused("the task was cancelled", code="task_cancelled")
-    if condition == TaskCondition.TERMINAL:
-        raise TaskRefused("the task has ended", code="task_terminal")
-    if paused:
-        raise TaskRefused("the task is paused", code="task_paused")
-    if deadline is not None and now >= deadline:
-        raise TaskRefused("the task's deadline has passed", code="deadline_exceeded")
+    refused = {
+        "task_cancelled": cancellation != Cancellation.NONE,
+        "task_terminal": condition == TaskCondition.TERMINAL,
+        "task_paused": paused,
+        "deadline_exceeded": deadline is not None and now >= deadline,
+    }
+    for code, message, _ in ADMISSION_REFUSALS:
+        if refused[code]:
+            raise TaskRefused(message, code=code)
+
+
+def admission_refused(code: str) -> TaskRefused:
+    """The refusal a statement reported by its code (admission_refusal_sql)."""
+    return TaskRefused(_ADMISSION_MESSAGES[code], code=code)
+
+
+def admission_refusal_sql(task: str, now: str) -> str:
+    """A SQL expression over the task row ``task`` that is true when the task admits work at
+    ``now`` and otherwise fails the statement with the refusal's code (``runtime_refuse``,
+    PostgreSQL; runtime.db.refusal_code reads it back)."""
+    whens = "\n".join(
+        f"    WHEN {test.format(t=task, now=now)} THEN runtime_refuse('{code}')"
+        for code, _, test in ADMISSION_REFUSALS
+    )
+    return f"CASE\n{whens}\n    ELSE true END"
 
 
 def within_task_deadline(expires_at: datetime, deadline: datetime | None) -> datetime:

@@ -21,9 +21,49 @@ from runtime.operations import OperationSpec, Report, operation_propose, operati
 from runtime.transitions import OPERATION
 from runtime.transitions import OperationStatus as S
 from tests import factories
-from tests.sqlcount import commits_counted, statements
+from tests.sqlcount import commits_counted, generic_plan, statements
 
 pytestmark = [pytest.mark.postgres]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("cancellation", ["none", "requested"])
+@pytest.mark.parametrize("condition", ["running", "terminal"])
+@pytest.mark.parametrize("paused", [False, True])
+@pytest.mark.parametrize("deadline", [None, -1, 1])
+def test_the_proposal_statement_refuses_as_the_python_rule_does(
+    cancellation, condition, paused, deadline
+):
+    """The admission rule the proposal statement checks inside itself is rendered from the same
+    table as task_admission_check: over every combination both give the same answer."""
+    from django.db import DatabaseError, transaction
+
+    from runtime.db import refusal_code
+    from runtime.errors import TaskRefused
+    from runtime.tasks import admission_refusal_sql, task_admission_check
+
+    now = timezone.now()
+    due = None if deadline is None else now + timezone.timedelta(seconds=deadline)
+    try:
+        task_admission_check(
+            condition=condition, cancellation=cancellation, paused=paused, deadline=due, now=now
+        )
+        expected = None
+    except TaskRefused as exc:
+        expected = exc.code
+    sql = (
+        f"SELECT {admission_refusal_sql('t', '%s')} FROM (SELECT %s::varchar AS cancellation, "
+        "%s::varchar AS condition, %s::boolean AS paused, %s::timestamptz AS deadline) t"
+    )
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(sql, [now, cancellation, condition, paused, due])
+            assert cur.fetchone() == (True,)
+        got = None
+    except DatabaseError as exc:
+        got = refusal_code(exc)
+        assert got is not None, exc
+    assert got == expected
 
 
 def test_the_guarded_sources_in_the_sql_are_edges_of_the_table():
@@ -36,12 +76,24 @@ def test_propose_claim_accept_are_2_1_1_statements_and_3_commits():
     owner = factories.agent()
     task = factories.task(owner)
     execution = execution_for_agent("worker").pk
-    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
+    in_transaction = []
+
+    def seen(execute, sql, params, many, context):
+        in_transaction.append(context["connection"].in_atomic_block)
+        return execute(sql, params, many, context)
+
+    with (
+        commits_counted() as commits,
+        CaptureQueriesContext(connection) as ctx,
+        connection.execute_wrapper(seen),
+    ):
         op, created = operation_propose(
             owner.actor, task.pk, OperationSpec(tool="demo.echo", step="s", params={"v": 1})
         )
     assert created
     assert len(statements(ctx)) == 2, statements(ctx)
+    # No BEGIN and COMMIT of its own: the proposal statement is its own transaction.
+    assert in_transaction == [False, False]
     proposed_commits = commits[0]
 
     with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
@@ -228,6 +280,63 @@ def test_queue_and_list_queries_can_use_an_index(name, queryset):
         cur.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cur.fetchall())
     assert "Index" in plan and "Seq Scan" not in plan, f"{name}:\n{plan}"
+
+
+def _finished_operations(count: int) -> None:
+    """``count`` succeeded operations, each with its invocation (copies of one that ran), then
+    fresh statistics: a queue analysed while it held no work, as autovacuum finds it between
+    bursts."""
+    from runtime.executor import operation_execute
+
+    owner = factories.agent()
+    template = factories.operation(owner, factories.task(owner))
+    assert operation_execute(template.pk) == "succeeded"
+
+    def copy(model: type, table: str, values: dict[str, str], where: str) -> None:
+        columns = [
+            f.column for f in model._meta.concrete_fields if f.column != "id" or "id" in values
+        ]  # type: ignore[attr-defined]
+        select = ", ".join(values.get(c, f'"{c}"') for c in columns)
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) SELECT {select} "
+                f"FROM {table}, generate_series(1, %s) g WHERE {where} = %s",
+                [count, template.pk],
+            )
+
+    fresh = {"id": "'op_fin' || g", "idempotency_key": "'fin-' || g"}
+    copy(Operation, "runtime_operation", fresh, "id")
+    copy(Invocation, "runtime_invocation", {"operation_id": "'op_fin' || g"}, "operation_id")
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE runtime_operation, runtime_invocation, runtime_task")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_CLAIM_SQL",
+        "_ACCEPT_SQL",
+        "_BATCH_CLAIM_SQL",
+        "_BATCH_CLAIMED_SQL",
+        "_BATCH_ACCEPT_SQL",
+        "_BATCH_ACCEPTED_SQL",
+    ],
+)
+def test_statements_given_their_operations_ids_find_them_by_id_whatever_the_statistics(name):
+    """A queue's statistics are often taken while it holds no work. The planner then believes
+    that few rows are pending or running and, in a prepared statement's generic plan, would
+    rather read a status index (every pending row, for every batch claim: a burst's cost grows
+    with its square) than look the given ids up. Each statement that is handed its operations'
+    ids must find them, and their invocations, through the keys, never a status index or a
+    scan of the table."""
+    _finished_operations(3000)
+    plan = generic_plan(getattr(hotpath, name))
+    assert "op_status_" not in plan, plan
+    assert "compensates_id_" not in plan, plan
+    # (The task table of this test has two rows: a scan of it is the right plan.)
+    assert "Seq Scan on runtime_operation" not in plan, plan
+    assert "Seq Scan on runtime_invocation" not in plan, plan
 
 
 @pytest.mark.django_db(transaction=True)

@@ -178,7 +178,8 @@ def test_a_pause_that_commits_while_the_claim_is_under_way_still_stops_the_dispa
 
 
 @pytest.mark.django_db
-def test_work_in_flight_when_paused_finishes_and_is_accepted():
+@pytest.mark.parametrize("snapshot", [True, False], ids=["one-statement", "general"])
+def test_work_in_flight_when_paused_finishes_and_is_accepted(snapshot):
     owner = factories.agent()
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"text": "hi"})
@@ -193,6 +194,8 @@ def test_work_in_flight_when_paused_finishes_and_is_accepted():
         state_version=lease.state_version,
         report=Report(outcome="succeeded", result={"text": "hi"}),
         execution_id=execution,
+        # The worker's own path hands the claim's snapshot (the one-statement acceptance).
+        snapshot=lease.operation if snapshot else None,
     )
     assert accepted.status == "succeeded"
 
@@ -222,3 +225,36 @@ def test_the_one_statement_claim_waiting_on_a_pause_holding_the_task_row_is_refu
     assert op.status == "pending" and op.attempts_used == 0
     assert _post(owner, task, "resume").status_code == 202
     assert operation_execute(op.pk) == "succeeded"
+
+
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
+@pytest.mark.django_db(transaction=True)
+def test_the_one_statement_proposal_waiting_on_a_pause_holding_the_task_row_is_refused():
+    """The proposal is one autocommit statement: it inserts the operation, then waits for the
+    task row a pause holds; once the pause commits the statement reads it under the lock and
+    fails, so the operation, its event and its outbox row never existed."""
+    from runtime.errors import TaskRefused
+    from runtime.models import Task
+    from runtime.operations import OperationSpec, operation_propose
+
+    owner = factories.agent()
+    task = factories.task(owner)
+    before = Task.objects.get(pk=task.pk)
+    spec = OperationSpec(tool="demo.echo", step="raced", params={"text": "hi"})
+    with gate_at("control.applied", "pauser") as gate:
+        pauser, paused = in_thread(lambda: _post(owner, task, "pause"), name="pauser")
+        assert gate.reached.wait(timeout=30)
+        proposer, proposal = in_thread(lambda: operation_propose(owner.actor, task.pk, spec))
+        wait_until_blocked_on_a_lock("the proposal to wait for the task row")
+        gate.release()
+        pauser.join(timeout=30)
+        proposer.join(timeout=30)
+    assert paused.result(timeout=1).status_code == 202
+    with pytest.raises(TaskRefused) as refused:
+        proposal.result(timeout=1)
+    assert refused.value.code == "task_paused"
+    assert not Operation.objects.filter(task=task).exists()
+    assert not OutboxMessage.objects.exists()
+    assert not Event.objects.filter(task=task, type="operation.proposed").exists()
+    after = Task.objects.get(pk=task.pk)
+    assert (after.ops_active, after.event_seq) == (before.ops_active, before.event_seq + 1)
