@@ -6,7 +6,10 @@ Each statement covers the common case only and touches nothing otherwise (zero r
 caller then runs the general path (``runtime.leases`` / ``runtime.operations``, plain ORM
 statements, which is also what the embedded SQLite mode always runs), which settles, refuses
 or records whatever made the common case not apply. Both paths write the same rows; the
-statement-count and recovery tests run against both.
+statement-count and recovery tests run against both. The proposal is the exception: it
+inserts before it can lock the task row (lock order), so when the task refuses new work it
+fails the statement instead (``runtime_refuse``, migration 0012), which undoes the insert; it
+can therefore run as its own transaction (autocommit).
 
 The budget ledger is not in these statements: a task with a budget declines proposal and
 acceptance to the general path (``ledger_needed``; its guarded meter UPDATEs hold and settle
