@@ -7,6 +7,8 @@ transition tables; the queue and list queries can use their indexes."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -15,6 +17,7 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.executions import execution_for_agent
+from runtime.executor import operation_execute
 from runtime.leases import Lease, lease_heartbeat, operation_claim
 from runtime.models import Event, Invocation, Operation, OutboxMessage
 from runtime.operations import OperationSpec, Report, operation_propose, operation_report
@@ -43,7 +46,7 @@ def test_the_proposal_statement_refuses_as_the_python_rule_does(
     from runtime.tasks import admission_refusal_sql, task_admission_check
 
     now = timezone.now()
-    due = None if deadline is None else now + timezone.timedelta(seconds=deadline)
+    due = None if deadline is None else now + timedelta(seconds=deadline)
     try:
         task_admission_check(
             condition=condition, cancellation=cancellation, paused=paused, deadline=due, now=now
@@ -169,22 +172,12 @@ def test_a_retry_through_the_one_statement_acceptance_is_announced_once():
 def test_the_hot_statements_are_prepared_on_the_server_after_a_few_runs():
     owner = factories.agent()
     task = factories.task(owner)
-    execution = execution_for_agent("worker").pk
     for i in range(7):  # past psycopg's prepare_threshold (DB_PREPARE_THRESHOLD, 5)
         op, _ = operation_propose(
             owner.actor, task.pk, OperationSpec(tool="demo.echo", step=f"s{i}", params={"i": i})
         )
-        lease = operation_claim(op.pk, execution_id=execution)
-        assert isinstance(lease, Lease)
-        operation_report(
-            op.pk,
-            lease_generation=lease.lease_generation,
-            lease_token=lease.lease_token,
-            state_version=lease.state_version,
-            report=Report(outcome="succeeded", result={}),
-            execution_id=execution,
-            snapshot=lease.operation,
-        )
+        # The worker's own task body: the one-statement claim, the call, the acceptance.
+        assert operation_execute(op.pk) == "succeeded"
     with connection.cursor() as cur:
         cur.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
         plans = cur.fetchall()
@@ -286,16 +279,15 @@ def _finished_operations(count: int) -> None:
     """``count`` succeeded operations, each with its invocation (copies of one that ran), then
     fresh statistics: a queue analysed while it held no work, as autovacuum finds it between
     bursts."""
-    from runtime.executor import operation_execute
-
     owner = factories.agent()
     template = factories.operation(owner, factories.task(owner))
     assert operation_execute(template.pk) == "succeeded"
 
-    def copy(model: type, table: str, values: dict[str, str], where: str) -> None:
-        columns = [
-            f.column for f in model._meta.concrete_fields if f.column != "id" or "id" in values
-        ]  # type: ignore[attr-defined]
+    def copy(model: Any, table: str, values: dict[str, str], where: str) -> None:
+        # Every column of the template row, with ``values`` in place; a primary key not given
+        # is left to the table's default (the invocation's identity).
+        fields = model._meta.concrete_fields
+        columns = [f.column for f in fields if f.column in values or not f.primary_key]
         select = ", ".join(values.get(c, f'"{c}"') for c in columns)
         with connection.cursor() as cur:
             cur.execute(
