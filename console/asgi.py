@@ -9,9 +9,34 @@ from urllib.parse import ParseResult, urlparse
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
 
-django_asgi_app = get_asgi_application()
+
+class SyncChainASGIHandler(ASGIHandler):
+    """Django's ASGI handler with the middleware chain and the view run in one thread hop.
+
+    Django's own builds its chain for async mode: the sync middleware (WhiteNoise's, the
+    console's) make a request cross from the event loop into a thread, back onto the loop for
+    the view layer, and into the thread again for each view middleware and for the view (and
+    Django's built-in middleware, if made to run async, would each cross twice more). Every
+    crossing is a turn of the loop and a wakeup of another thread, all under one GIL. Here the
+    chain is the sync one, as under WSGI, and all of it runs in the request's thread
+    (``ThreadSensitiveContext``: one per request) in a single crossing. Async views still work
+    (the sync chain runs them with async_to_sync), and a streamed response's async iterator
+    (the SSE endpoint) is still sent from the loop."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+django.setup(set_prefix=False)
+django_asgi_app = SyncChainASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

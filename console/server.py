@@ -134,17 +134,25 @@ def main(argv: list[str] | None = None) -> None:
         help="trust X-Forwarded-Proto/For from FORWARDED_ALLOW_IPS (behind a TLS proxy)",
     )
     args = parser.parse_args(argv)
-    # This process pools its database connections (console.settings.database_pooled says why),
-    # set before anything connects: uvicorn imports the application below.
+    # This process and its workers pool their database connections (database_pooled says
+    # why): this process's settings are loaded already (the console package loads Celery's
+    # app), so they are changed here, before anything connects; worker processes load theirs
+    # with the mark set.
+    os.environ["CONSOLE_WEB_SERVER"] = "1"
     from django.conf import settings
 
     from console.settings import database_pooled
 
     database_pooled(settings.DATABASES["default"], int(os.environ.get("DB_POOL_MAX") or 20))
+    processes = max(1, int(os.environ.get("WEB_CONCURRENCY") or 1))
+    # By module name, not __main__'s: with several processes uvicorn hands them to its workers.
+    from console.server import ContractH11Protocol, ContractWebSocketProtocol
+
     uvicorn.run(
         "console.asgi:application",
         host=args.host,
         port=args.port,
+        workers=processes,
         http=ContractH11Protocol,
         ws=ContractWebSocketProtocol,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,

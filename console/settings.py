@@ -175,6 +175,10 @@ else:
         }
     }
 
+# The web server (console.server) and its worker processes pool their connections.
+if os.environ.get("CONSOLE_WEB_SERVER"):
+    database_pooled(DATABASES["default"], _env_int("DB_POOL_MAX", 20))
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -222,3 +222,79 @@ def test_more_open_event_streams_than_pooled_connections_leave_requests_served(
         for conn, _ in streams:
             conn.close()
         server.stop()
+
+
+def test_several_server_processes_serve_from_pooled_connections(transactional_db, tmp_path):
+    """WEB_CONCURRENCY=2 serves from two worker processes, and a burst of requests over fresh
+    sockets is served from pooled connections (the next test shows each worker process pools)."""
+    import threading
+    import urllib.request
+    from pathlib import Path
+
+    from django.db import connection
+
+    from tests.conftest import server_start
+
+    server = server_start(tmp_path, WEB_CONCURRENCY=2)
+    owner = factories.agent()
+    try:
+        pid = server.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        commands = [Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ") for c in children]
+        assert len([c for c in commands if b"spawn_main" in c]) == 2, commands
+        failures: list[object] = []
+
+        def get() -> None:
+            request = urllib.request.Request(f"{server.url}/api/v1/tasks", headers=owner.headers)
+            try:
+                for _ in range(10):
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        assert response.status == 200
+            except Exception as exc:  # collected: an assertion in a thread is not seen
+                failures.append(exc)
+
+        threads = [threading.Thread(target=get) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, failures
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'agent-console-web'"
+            )
+            assert cur.fetchone()[0] >= 1
+    finally:
+        server.stop()
+
+
+def test_a_server_worker_process_pools_its_connections():
+    """What a web worker process does when it starts: it loads the settings afresh, with the
+    server's mark (CONSOLE_WEB_SERVER) in its environment, and pools its connections; a
+    process without the mark (a Celery worker) keeps its one persistent connection."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, service_env
+
+    show = (
+        "import django; django.setup(); from django.conf import settings; "
+        "d = settings.DATABASES['default']; "
+        "print(d['CONN_MAX_AGE'], d['OPTIONS'].get('pool', {}).get('max_size'))"
+    )
+
+    def loaded(**env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", show],
+            cwd=ROOT,
+            env=service_env(**env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.split()[-2] + " " + done.stdout.split()[-1]
+
+    assert loaded(CONSOLE_WEB_SERVER="1", DB_POOL_MAX="7") == "0 7"
+    assert loaded() == "0 None"  # service_env's CONN_MAX_AGE=0; no pool

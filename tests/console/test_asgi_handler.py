@@ -1,0 +1,153 @@
+"""The web server's HTTP handler (console.asgi.SyncChainASGIHandler): the middleware chain and
+the view cross from the event loop into the request's thread once, and what the chain does
+(authentication, CSRF, the error mapping, the security headers, streamed responses) is what
+it did under Django's own ASGI handler. Requests go through the ASGI application itself, as
+the server hands them over."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction
+from channels.testing import HttpCommunicator
+from django.core.handlers.asgi import ASGIHandler
+
+from console.asgi import application, django_asgi_app
+from tests import factories
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+HOST = [(b"host", b"testserver")]
+
+
+@pytest.fixture(autouse=True)
+def _threads_connections_closed() -> Any:
+    """Each request runs in a thread of its own, which opens its own database connection (the
+    server pools them; the suite's settings keep them): collect the finished threads' ones so
+    none outlives its test."""
+    yield
+    gc.collect()
+
+
+def _request(method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> Any:
+    """The response as the server would send it: status, headers (names lower-cased) and the
+    body's parts joined (a streamed body's last message may carry none, which ASGI allows)."""
+
+    async def go() -> Any:
+        length = [(b"content-length", str(len(body)).encode())] if body else []
+        comm = HttpCommunicator(application, method, path, headers=HOST + headers + length)
+        await comm.send_input({"type": "http.request", "body": body})
+        start = await comm.receive_output(10)
+        parts = []
+        while True:
+            message = await comm.receive_output(10)
+            parts.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await comm.wait()
+        return {
+            "status": start["status"],
+            "headers": {k.lower(): v for k, v in start["headers"]},
+            "body": b"".join(parts),
+        }
+
+    return async_to_sync(go)()
+
+
+def _bearer(secret: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {secret}".encode())]
+
+
+def test_the_chain_and_its_view_middleware_run_sync():
+    # Django's handler builds both for async mode: a coroutine chain with sync middleware and
+    # view middleware each wrapped to cross into a thread.
+    assert not iscoroutinefunction(django_asgi_app._middleware_chain)
+    assert django_asgi_app._view_middleware  # CSRF's
+    assert not any(iscoroutinefunction(m) for m in django_asgi_app._view_middleware)
+
+
+def _crossings(monkeypatch: Any, app: Any, path: str, secret: str) -> list[str]:
+    """What a GET through ``app`` ran in a thread, in order, until its response was sent."""
+    crossings: list[str] = []
+    original = SyncToAsync.__call__
+
+    async def counted(self: SyncToAsync, *args: Any, **kwargs: Any) -> Any:
+        crossings.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return await original(self, *args, **kwargs)
+
+    async def go() -> Any:
+        comm = HttpCommunicator(app, "GET", path, headers=HOST + _bearer(secret))
+        return await comm.get_response(timeout=10)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SyncToAsync, "__call__", counted)
+        response = async_to_sync(go)()
+    assert response["status"] == 200, response["body"][:300]
+    return crossings
+
+
+def test_a_request_crosses_into_a_thread_once_for_its_chain_and_view(monkeypatch):
+    """Until the response is sent: the request_started signal, then the chain with the view in
+    one crossing. Django's own handler, on the same request, crossed for the chain, for CSRF's
+    view middleware and for the view, each after a turn back on the loop."""
+    agent = factories.agent()
+    task = factories.task(agent)
+    path = f"/api/v1/tasks/{task.pk}"
+    ours = _crossings(monkeypatch, application, path, agent.token)
+    assert ours == ["Signal.asend.<locals>.sync_send", "BaseHandler.get_response"]
+    stock = _crossings(monkeypatch, ASGIHandler(), path, agent.token)
+    assert len(stock) >= 4, stock
+
+
+def test_api_reads_writes_and_refusals_keep_their_answers():
+    agent = factories.agent()
+    task = factories.task(agent)
+    read = _request("GET", f"/api/v1/tasks/{task.pk}", _bearer(agent.token))
+    assert read["status"] == 200
+    headers = read["headers"]
+    assert b"default-src 'self'" in headers[b"content-security-policy"]
+    assert headers[b"x-frame-options"] == b"DENY"
+
+    body = b'{"tool": "demo.echo", "step": "s1", "params": {"x": 1}}'
+    json_headers = [*_bearer(agent.token), (b"content-type", b"application/json")]
+    proposed = _request("POST", f"/api/v1/tasks/{task.pk}/operations", json_headers, body)
+    assert proposed["status"] == 201, proposed["body"][:300]
+    assert task.operations.count() == 1
+
+    anonymous = _request("GET", f"/api/v1/tasks/{task.pk}", [])
+    assert anonymous["status"] == 401
+    assert b'"code"' in anonymous["body"]
+    # The input edge refuses a NUL in the query before any view runs.
+    nul = _request("GET", "/api/v1/tasks?q=a%00b", _bearer(agent.token))
+    assert nul["status"] == 400
+
+
+def test_a_page_form_without_its_csrf_token_is_refused():
+    admin = factories.console_user("admin")
+    agent = factories.agent()
+    task = factories.task(agent)
+    from django.test import Client
+
+    client = Client()
+    assert client.login(username=admin.actor.name, password=factories.PASSWORD)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    form = [(b"cookie", cookie), (b"content-type", b"application/x-www-form-urlencoded")]
+    refused = _request("POST", f"/tasks/{task.pk}/cancel", form, b"reason=stop")
+    assert refused["status"] == 403
+    task.refresh_from_db()
+    assert task.cancellation == "none"
+
+
+def test_server_sent_events_still_stream_from_the_loop():
+    agent = factories.agent()
+    task = factories.task(agent)
+    stream = _request(
+        "GET",
+        f"/api/v1/tasks/{task.pk}/events?max_seconds=0.3",
+        [*_bearer(agent.token), (b"accept", b"text/event-stream")],
+    )
+    assert stream["status"] == 200
+    assert stream["headers"][b"content-type"].startswith(b"text/event-stream")
+    assert b"event: task.created" in stream["body"]
