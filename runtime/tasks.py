@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -241,37 +242,68 @@ def tasks_pending_operation_ids(task_ids: list[str], per_task: int = 100) -> dic
     return pending
 
 
-# Why a task admits no new work, in the order it is checked: (code, message, the same test over
-# the task row ``{t}`` in SQL, at ``{now}``). task_admission_check is the rule in Python; the
-# proposal statement refuses inside itself with admission_refusal_sql, rendered from this table
+@dataclass(frozen=True)
+class _Admission:
+    """What admission reads of a task (its row, at ``now``)."""
+
+    condition: str
+    cancellation: str
+    paused: bool
+    deadline: datetime | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class AdmissionRefusal:
+    """One reason a task admits no new work: its code and message, and the same test twice,
+    in Python over the task's facts and in SQL over the task row ``{t}`` at ``{now}``."""
+
+    code: str
+    message: str
+    applies: Callable[[_Admission], bool]
+    sql: str
+
+
+# In the order they are checked. task_admission_check runs the Python tests; the proposal
+# statement refuses inside itself with admission_refusal_sql, rendered from the SQL ones
 # (tests/runtime/test_hotpath.py runs both over every combination).
-ADMISSION_REFUSALS: tuple[tuple[str, str, str], ...] = (
-    ("task_cancelled", "the task was cancelled", f"{{t}}.cancellation <> '{Cancellation.NONE}'"),
-    ("task_terminal", "the task has ended", f"{{t}}.condition = '{TaskCondition.TERMINAL}'"),
-    ("task_paused", "the task is paused", "{t}.paused"),
-    ("deadline_exceeded", "the task's deadline has passed", "{now} >= {t}.deadline"),
+ADMISSION_REFUSALS: tuple[AdmissionRefusal, ...] = (
+    AdmissionRefusal(
+        "task_cancelled",
+        "the task was cancelled",
+        lambda a: a.cancellation != Cancellation.NONE,
+        f"{{t}}.cancellation <> '{Cancellation.NONE}'",
+    ),
+    AdmissionRefusal(
+        "task_terminal",
+        "the task has ended",
+        lambda a: a.condition == TaskCondition.TERMINAL,
+        f"{{t}}.condition = '{TaskCondition.TERMINAL}'",
+    ),
+    AdmissionRefusal("task_paused", "the task is paused", lambda a: a.paused, "{t}.paused"),
+    AdmissionRefusal(
+        "deadline_exceeded",
+        "the task's deadline has passed",
+        lambda a: a.deadline is not None and a.now >= a.deadline,
+        "{now} >= {t}.deadline",
+    ),
 )
-_ADMISSION_MESSAGES = {code: message for code, message, _ in ADMISSION_REFUSALS}
+_ADMISSION_REFUSALS_BY_CODE = {r.code: r for r in ADMISSION_REFUSALS}
 
 
 def task_admission_check(
     *, condition: str, cancellation: str, paused: bool, deadline: datetime | None, now: datetime
 ) -> None:
     """Raise TaskRefused with the contract's code when the task admits no new work. Pure."""
-    refused = {
-        "task_cancelled": cancellation != Cancellation.NONE,
-        "task_terminal": condition == TaskCondition.TERMINAL,
-        "task_paused": paused,
-        "deadline_exceeded": deadline is not None and now >= deadline,
-    }
-    for code, message, _ in ADMISSION_REFUSALS:
-        if refused[code]:
-            raise TaskRefused(message, code=code)
+    facts = _Admission(condition, cancellation, paused, deadline, now)
+    for refusal in ADMISSION_REFUSALS:
+        if refusal.applies(facts):
+            raise TaskRefused(refusal.message, code=refusal.code)
 
 
 def admission_refused(code: str) -> TaskRefused:
     """The refusal a statement reported by its code (admission_refusal_sql)."""
-    return TaskRefused(_ADMISSION_MESSAGES[code], code=code)
+    return TaskRefused(_ADMISSION_REFUSALS_BY_CODE[code].message, code=code)
 
 
 def admission_refusal_sql(task: str, now: str) -> str:
@@ -279,8 +311,8 @@ def admission_refusal_sql(task: str, now: str) -> str:
     ``now`` and otherwise fails the statement with the refusal's code (``runtime_refuse``,
     PostgreSQL; runtime.db.refusal_code reads it back)."""
     whens = "\n".join(
-        f"    WHEN {test.format(t=task, now=now)} THEN runtime_refuse('{code}')"
-        for code, _, test in ADMISSION_REFUSALS
+        f"    WHEN {r.sql.format(t=task, now=now)} THEN runtime_refuse('{r.code}')"
+        for r in ADMISSION_REFUSALS
     )
     return f"CASE\n{whens}\n    ELSE true END"
 
