@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from console.settings import database_pooled
 
-    database_pooled(settings.DATABASES["default"], int(os.environ.get("DB_POOL_MAX") or 20))
+    database_pooled(settings.DATABASES["default"], settings.DB_POOL_MAX)
     processes = max(1, int(os.environ.get("WEB_CONCURRENCY") or 1))
     # By module name, not __main__'s: with several processes uvicorn hands them to its workers.
     from console.server import ContractH11Protocol, ContractWebSocketProtocol

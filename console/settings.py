@@ -175,9 +175,11 @@ else:
         }
     }
 
-# The web server (console.server) and its worker processes pool their connections.
+# Connections the web server pools per process (console.server and its worker processes, which
+# it marks with CONSOLE_WEB_SERVER: they pool as they load these settings).
+DB_POOL_MAX = _env_int("DB_POOL_MAX", 20)
 if os.environ.get("CONSOLE_WEB_SERVER"):
-    database_pooled(DATABASES["default"], _env_int("DB_POOL_MAX", 20))
+    database_pooled(DATABASES["default"], DB_POOL_MAX)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
