@@ -13,6 +13,7 @@ import pytest
 from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction
 from channels.testing import HttpCommunicator
 from django.core.handlers.asgi import ASGIHandler
+from django.test import Client
 
 from console.asgi import application, django_asgi_app
 from tests import factories
@@ -31,13 +32,21 @@ def _threads_connections_closed() -> Any:
     gc.collect()
 
 
-def _request(method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> Any:
+def _request(
+    method: str,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes = b"",
+    *,
+    app: Any = application,
+) -> Any:
     """The response as the server would send it: status, headers (names lower-cased) and the
-    body's parts joined (a streamed body's last message may carry none, which ASGI allows)."""
+    body's parts joined (a streamed body's last message may carry none, which ASGI allows).
+    Returns once ``app`` has finished with the request."""
 
     async def go() -> Any:
         length = [(b"content-length", str(len(body)).encode())] if body else []
-        comm = HttpCommunicator(application, method, path, headers=HOST + headers + length)
+        comm = HttpCommunicator(app, method, path, headers=HOST + headers + length)
         await comm.send_input({"type": "http.request", "body": body})
         start = await comm.receive_output(10)
         parts = []
@@ -69,7 +78,7 @@ def test_the_chain_and_its_view_middleware_run_sync():
 
 
 def _crossings(monkeypatch: Any, app: Any, path: str, secret: str) -> list[str]:
-    """What a GET through ``app`` ran in a thread, in order, until its response was sent."""
+    """What a GET through ``app`` ran in a thread, in order, until it finished the request."""
     crossings: list[str] = []
     original = SyncToAsync.__call__
 
@@ -77,28 +86,28 @@ def _crossings(monkeypatch: Any, app: Any, path: str, secret: str) -> list[str]:
         crossings.append(getattr(self.func, "__qualname__", repr(self.func)))
         return await original(self, *args, **kwargs)
 
-    async def go() -> Any:
-        comm = HttpCommunicator(app, "GET", path, headers=HOST + _bearer(secret))
-        return await comm.get_response(timeout=10)
-
     with monkeypatch.context() as patch:
         patch.setattr(SyncToAsync, "__call__", counted)
-        response = async_to_sync(go)()
+        response = _request("GET", path, _bearer(secret), app=app)
     assert response["status"] == 200, response["body"][:300]
     return crossings
 
 
 def test_a_request_crosses_into_a_thread_once_for_its_chain_and_view(monkeypatch):
-    """Until the response is sent: the request_started signal, then the chain with the view in
-    one crossing. Django's own handler, on the same request, crossed for the chain, for CSRF's
-    view middleware and for the view, each after a turn back on the loop."""
+    """The request_started signal, the chain with the view in one crossing, and closing the
+    response. Django's own handler, on the same request, crossed for the chain, for CSRF's view
+    middleware and for the view, each after a turn back on the loop."""
     agent = factories.agent()
     task = factories.task(agent)
     path = f"/api/v1/tasks/{task.pk}"
     ours = _crossings(monkeypatch, application, path, agent.token)
-    assert ours == ["Signal.asend.<locals>.sync_send", "BaseHandler.get_response"]
+    assert ours == [
+        "Signal.asend.<locals>.sync_send",
+        "BaseHandler.get_response",
+        "HttpResponseBase.close",
+    ]
     stock = _crossings(monkeypatch, ASGIHandler(), path, agent.token)
-    assert len(stock) >= 4, stock
+    assert len(stock) >= 5, stock
 
 
 def test_api_reads_writes_and_refusals_keep_their_answers():
@@ -128,8 +137,6 @@ def test_a_page_form_without_its_csrf_token_is_refused():
     admin = factories.console_user("admin")
     agent = factories.agent()
     task = factories.task(agent)
-    from django.test import Client
-
     client = Client()
     assert client.login(username=admin.actor.name, password=factories.PASSWORD)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
