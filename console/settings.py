@@ -185,13 +185,22 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED_BROKER = not REDIS_URL
+# How long the channel layer waits for Redis to answer a read (see CHANNEL_LAYERS below).
+CHANNELS_SOCKET_TIMEOUT = 15.0
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "asgi")},
+            "CONFIG": {
+                # A socket's receive blocks in BZPOPMIN for up to 5 s (channels_redis's
+                # RedisChannelLayer.brpop_timeout); redis-py 8 gives every read a 5 s timeout by
+                # default, so an idle socket's receive failed and closed it every 5 s. The read
+                # timeout must outlast that block; it still bounds a read on a dead connection.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNELS_SOCKET_TIMEOUT}],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
+            },
         }
     }
 else:
