@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,8 +27,25 @@ CHUNK = 1024 * 1024
 PREFIX = "sha256/"
 
 
+# Every key this module is handed is one it made: a content address, or the private name an
+# upload writes to first. Anything else (a path, "..", another prefix) is refused before the
+# storage sees it, whoever supplied it.
+_KEY = re.compile(r"sha256/([0-9a-f]{2})/\1[0-9a-f]{62}(\.part-[0-9A-Za-z_-]{1,64})?")
+
+
 class ContentMissing(Exception):
     """The storage holds no object under the key."""
+
+
+class BadKey(ValueError):
+    """The key is not a content address of this store."""
+
+
+def key_checked(key: str) -> str:
+    """``key`` if it is a content address (or an upload's private name); BadKey otherwise."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise BadKey("not a content key")
+    return key
 
 
 def artifact_storage() -> Storage:
@@ -35,7 +53,7 @@ def artifact_storage() -> Storage:
 
 
 def content_key(hexdigest: str) -> str:
-    return f"{PREFIX}{hexdigest[:2]}/{hexdigest}"
+    return key_checked(f"{PREFIX}{hexdigest[:2]}/{hexdigest}")
 
 
 def hex_of(digest: str) -> str:
@@ -96,6 +114,7 @@ def content_put(key: str, fileobj: IO[bytes], *, measured: Measured, media_type:
 
     On S3 the write is conditional (``If-None-Match: *``: never overwrite a key) and carries the
     sha256, so the server itself refuses bytes that do not match the digest."""
+    key_checked(key)
     storage = artifact_storage()
     client = _s3(storage)
     fileobj.seek(0)
@@ -136,6 +155,7 @@ def content_put(key: str, fileobj: IO[bytes], *, measured: Measured, media_type:
 
 
 def content_chunks(key: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    key_checked(key)
     storage = artifact_storage()
     try:
         handle = storage.open(key, "rb")
@@ -164,6 +184,7 @@ def content_verify(key: str, measured: Measured) -> str | None:
 
 
 def content_open(key: str) -> IO[bytes]:
+    key_checked(key)
     try:
         return artifact_storage().open(key, "rb")  # type: ignore[no-any-return]
     except FileNotFoundError as exc:
@@ -171,7 +192,7 @@ def content_open(key: str) -> IO[bytes]:
 
 
 def content_delete(key: str) -> None:
-    artifact_storage().delete(key)
+    artifact_storage().delete(key_checked(key))
 
 
 def content_listing() -> Iterator[tuple[str, datetime]]:
@@ -187,11 +208,14 @@ def content_listing() -> Iterator[tuple[str, datetime]]:
         )
         for page in pages:
             for entry in page.get("Contents", ()):
-                yield entry["Key"][len(base) :], entry["LastModified"]
+                key = entry["Key"][len(base) :]
+                if _KEY.fullmatch(key):  # nothing else under the prefix is ours to delete
+                    yield key, entry["LastModified"]
         return
     root = storage.path(PREFIX)
     for folder, _dirs, files in os.walk(root):
         for filename in files:
             full = os.path.join(folder, filename)
             key = PREFIX + os.path.relpath(full, root).replace(os.sep, "/")
-            yield key, datetime.fromtimestamp(os.path.getmtime(full), tz=UTC)
+            if _KEY.fullmatch(key):  # nothing else under the prefix is ours to delete
+                yield key, datetime.fromtimestamp(os.path.getmtime(full), tz=UTC)

@@ -40,13 +40,13 @@ from runtime.models import Artifact, ArtifactStatus, CheckResult, ContentKey, Op
 from runtime.policy import allowed, can_write_outcomes, task_scope
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
+from runtime.text import name_check
 from runtime.transitions import TaskCondition
 
 A = ArtifactStatus
 
 # --- names and media types ----------------------------------------------------------------
 
-_BIDI = {"\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"}
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -59,8 +59,7 @@ def artifact_name_clean(raw: str) -> str:
         raise InvalidInput("name must not be empty")
     if len(name) > 200:
         raise InvalidInput("name is longer than 200 characters")
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or ch in _BIDI for ch in name):
-        raise InvalidInput("name must not contain control or formatting characters")
+    name_check(name, "name")
     if "/" in name or "\\" in name:
         raise InvalidInput("name must not contain path separators")
     if name in (".", "..") or name.startswith((".", "-")):

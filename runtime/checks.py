@@ -13,7 +13,6 @@ retried like any other) and maps that operation's ending to a result."""
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,10 @@ from runtime.actors import Actor
 from runtime.artifacts import artifacts_current, may_write
 from runtime.errors import InvalidInput, NotAuthorized, UnknownChecker
 from runtime.events import event_append_txn
+from runtime.jsonschemas import json_schema_validate, json_schema_verdict
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
 from runtime.tasks import task_get
+from runtime.text import name_check
 from runtime.tools import adapter_for
 from runtime.transitions import OperationStatus
 
@@ -96,8 +97,15 @@ def checkers() -> dict[str, Checker]:
 def _artifact_name(config: dict[str, Any]) -> str:
     name = config.get("artifact")
     if not isinstance(name, str) or not name:
-        raise InvalidInput("config.artifact must name an artifact")
-    return name
+        raise InvalidInput("config.artifact must name an artifact", field="config.artifact")
+    return name_check(name, "config.artifact")
+
+
+def _nested(exc: InvalidInput, prefix: str, default: str) -> InvalidInput:
+    """The same refusal, its field named from ``prefix`` (a field inside a nested object)."""
+    inner = str(exc.details.get("field") or default)
+    message = exc.message if exc.message.startswith(inner) else f"{inner}: {exc.message}"
+    return type(exc)(f"{prefix}.{message}", code=exc.code, field=f"{prefix}.{inner}")
 
 
 def _subject(ctx: CheckContext, config: dict[str, Any]) -> Artifact | None:
@@ -125,41 +133,6 @@ class ArtifactPresent(Checker):
         return Verdict(R.PASSED, "", subject)
 
 
-def json_schema_verdict(chunks: Any, schema: dict[str, Any]) -> tuple[str, str]:
-    """(result, reason) of validating JSON bytes against a schema. Reads at most
-    CHECK_JSON_MAX_BYTES: a larger document is unavailable to this checker, not failed."""
-    import jsonschema
-
-    limit = settings.CHECK_JSON_MAX_BYTES
-    buffer = bytearray()
-    for chunk in chunks:
-        buffer.extend(chunk)
-        if len(buffer) > limit:
-            return R.UNAVAILABLE, f"the document is larger than {limit} bytes"
-    try:
-        document = json.loads(bytes(buffer).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return R.FAILED, f"not JSON: {exc}"
-    validator_class = jsonschema.validators.validator_for(schema)
-    error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(document))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        return R.FAILED, f"{where}: {error.message}"[:2000]
-    return R.PASSED, ""
-
-
-def _validate_schema(config: dict[str, Any]) -> None:
-    import jsonschema
-
-    schema = config.get("schema")
-    if not isinstance(schema, dict):
-        raise InvalidInput("config.schema must be a JSON Schema object")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        raise InvalidInput(f"config.schema is not a valid JSON Schema: {exc.message}") from None
-
-
 class JsonSchema(Checker):
     """Passes when the accepted artifact is JSON valid against ``config.schema``."""
 
@@ -168,7 +141,7 @@ class JsonSchema(Checker):
 
     def validate(self, config: dict[str, Any]) -> None:
         _artifact_name(config)
-        _validate_schema(config)
+        json_schema_validate(config.get("schema"), "config.schema")
 
     def run(self, ctx: CheckContext, config: dict[str, Any]) -> Verdict:
         subject = _subject(ctx, config)
@@ -197,11 +170,14 @@ class OperationCheck(Checker):
         _artifact_name(config)
         tool = config.get("tool")
         if not isinstance(tool, str) or not tool:
-            raise InvalidInput("config.tool must name a check tool")
+            raise InvalidInput("config.tool must name a check tool", field="config.tool")
         params = config.get("params", {})
         if not isinstance(params, dict):
-            raise InvalidInput("config.params must be an object")
-        adapter_for(tool).validate({**params, "artifact": {}})
+            raise InvalidInput("config.params must be an object", field="config.params")
+        try:
+            adapter_for(tool).validate({**params, "artifact": {}})
+        except InvalidInput as exc:
+            raise _nested(exc, "config", "params") from None
 
     def run(self, ctx: CheckContext, config: dict[str, Any]) -> Verdict:
         from runtime.operations import OperationSpec, operation_propose
@@ -260,18 +236,24 @@ def required_checks_validate(specs: list[dict[str, Any]]) -> list[dict[str, Any]
     """Parse a task's ``required_checks``: unique names, known checkers, valid configs. Pure."""
     seen: set[str] = set()
     parsed = []
-    for spec in specs:
+    for index, spec in enumerate(specs):
+        at = f"required_checks[{index}]"
         name = str(spec.get("name") or "").strip()
         if not name:
-            raise InvalidInput("every required check needs a name")
+            raise InvalidInput("every required check needs a name", field=f"{at}.name")
+        name_check(name, f"{at}.name")
         if name in seen:
-            raise InvalidInput(f"required check {name!r} is declared twice")
+            raise InvalidInput(f"required check {name!r} is declared twice", field=f"{at}.name")
         seen.add(name)
         checker = checker_for(str(spec.get("checker") or ""))
         config = spec.get("config") or {}
         if not isinstance(config, dict):
-            raise InvalidInput(f"required check {name!r}: config must be an object")
-        checker.validate(config)
+            raise InvalidInput(f"{at}.config must be an object", field=f"{at}.config")
+        try:
+            checker.validate(config)
+        except InvalidInput as exc:
+            # The checker names the field inside its config; the caller needs the whole path.
+            raise _nested(exc, at, "config") from None
         parsed.append({"name": name, "checker": checker.name, "config": config})
     return parsed
 

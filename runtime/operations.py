@@ -53,6 +53,7 @@ from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.tasks import task_admission_check, task_for_proposal
+from runtime.text import name_check
 from runtime.tools import (
     Contract,
     ToolAdapter,
@@ -92,6 +93,7 @@ def _validate(spec: OperationSpec) -> None:
         raise InvalidInput(f"executor must be one of {', '.join(Operation.EXECUTORS)}")
     if not spec.step or len(spec.step) > 200:
         raise InvalidInput("step is required (at most 200 characters)")
+    name_check(spec.step, "step")
     if spec.intent_version < 1:
         raise InvalidInput("intent_version must be at least 1")
     if spec.max_attempts is not None and not (1 <= spec.max_attempts <= MAX_ATTEMPTS_CEILING):

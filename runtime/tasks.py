@@ -31,6 +31,7 @@ from runtime.policy import (
     task_scope,
     task_scope_sql,
 )
+from runtime.text import name_check
 from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
@@ -59,6 +60,7 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
         raise InvalidInput("name must not be empty")
     if len(name) > 300:
         raise InvalidInput("name is longer than 300 characters")
+    name_check(name, "name")
     if set(spec.compensate_on) - {"failed", "cancelled"}:
         raise InvalidInput("compensate_on may hold only 'failed' and 'cancelled'")
     if spec.deadline_seconds is not None and not (

@@ -36,6 +36,7 @@ from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tasks import task_admission_check, task_renewal_txn, within_task_deadline
+from runtime.text import name_check
 from runtime.transitions import ApprovalStatus, OperationStatus
 from runtime.worker import wake_wait
 
@@ -53,6 +54,7 @@ def _validate(spec: OperationSpec) -> int:
         raise InvalidInput(f"a {spec.kind} operation takes no tool")
     if not spec.step or len(spec.step) > 200:
         raise InvalidInput("step is required (at most 200 characters)")
+    name_check(spec.step, "step")
     if spec.intent_version < 1:
         raise InvalidInput("intent_version must be at least 1")
     if spec.executor != Operation.EXECUTOR_WORKER:

@@ -107,6 +107,18 @@
     open();
   }
 
+  // The live twin of the server's |visible filter (runtime/text.py: categories Cc, Cf, Zl, Zp;
+  // line breaks kept): each such character shows as a marked <U+XXXX> instead of acting.
+  var HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+  function visibleText(el, text) {
+    Array.from(String(text)).forEach(function (ch) {
+      if (ch === "\n" || !HIDDEN.test(ch)) { el.append(ch); return; }
+      var label = "U+" + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+      var m = document.createElement("span"); m.className = "hidden-char"; m.title = label;
+      m.textContent = "<" + label + ">"; el.append(m);
+    });
+  }
+
   function timelineItem(e) {
     var li = document.createElement("li");
     li.dataset.seq = e.id;
@@ -116,9 +128,9 @@
     var ty = document.createElement("strong"); ty.className = "etype"; ty.textContent = e.type;
     li.append(seq, " ", t, " ", ty);
     if (e.operation) { var op = document.createElement("span"); op.className = "mono"; op.textContent = e.operation; li.append(" ", op); }
-    if (e.actor) { var a = document.createElement("span"); a.className = "muted"; a.textContent = "by " + e.actor; li.append(" ", a); }
+    if (e.actor) { var a = document.createElement("span"); a.className = "muted"; visibleText(a, "by " + e.actor); li.append(" ", a); }
     if (e.data && e.data.to) { var b = document.createElement("span"); b.className = "badge st-" + e.data.to; b.textContent = e.data.to; li.append(" → ", b); }
-    if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; r.textContent = e.data.reason; li.append(" ", r); }
+    if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; visibleText(r, e.data.reason); li.append(" ", r); }
     return li;
   }
 

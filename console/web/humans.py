@@ -22,6 +22,7 @@ from runtime.actors import Actor
 from runtime.approval_selectors import approval_list, params_diff, pending_approval_tools
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
+from runtime.text import char_hidden
 from runtime.transitions import ApprovalStatus
 
 _CODES = {
@@ -58,6 +59,7 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 "a": a,
                 "params": json_text(a.params),
                 "params_pretty": json.dumps(a.params, indent=2, sort_keys=True, ensure_ascii=False),
+                "params_edit": json_for_editing(a.params),
                 "diff": [
                     {**d, "before": json_text(d["before"]), "after": json_text(d["after"])}
                     for d in params_diff(a)
@@ -68,6 +70,14 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
             }
         )
     return rows
+
+
+def json_for_editing(value: Any) -> str:
+    """Pretty JSON for the edit form: a textarea shows no markup, so each hidden character
+    (runtime.text) is written as its JSON escape, which reads as what it is and parses back to
+    the same value."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return "".join(json.dumps(ch)[1:-1] if ch != "\n" and char_hidden(ch) else ch for ch in text)
 
 
 def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:

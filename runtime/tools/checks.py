@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.errors import InvalidInput
+from runtime import artifact_store as store
+from runtime.jsonschemas import json_schema_validate, json_schema_verdict
+from runtime.models import Artifact
 from runtime.tools.base import Contract, InvocationContext, ToolAdapter, ToolFailure, ToolResult
 from runtime.tools.base import register as register_tool
 
@@ -19,19 +21,27 @@ class JsonSchemaCheck(ToolAdapter):
     max_attempts = 3
 
     def validate(self, params: dict[str, Any]) -> None:
-        if not isinstance(params.get("schema"), dict):
-            raise InvalidInput("check.json_schema needs params.schema (a JSON Schema object)")
+        json_schema_validate(params.get("schema"), "params.schema")
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
-        from runtime import artifact_store as store
-        from runtime.checks import json_schema_verdict
-
-        subject = ctx.params.get("artifact") or {}
-        key = str(subject.get("key") or "")
-        if not key.startswith(store.PREFIX):
-            raise ToolFailure(ToolFailure.PERMANENT, "params.artifact.key is not a content key")
+        subject = ctx.params.get("artifact")
+        subject = subject if isinstance(subject, dict) else {}
+        # The bytes are those of an artifact of this operation's own task, under the key that
+        # artifact recorded: params name the artifact, never a storage key or a path (an agent
+        # may propose this tool itself, with any params).
+        artifact = (
+            Artifact.objects.filter(pk=str(subject.get("id") or ""), task_id=ctx.task_id)
+            .exclude(storage_key="")
+            .first()
+        )
+        if artifact is None or artifact.digest != subject.get("digest"):
+            raise ToolFailure(
+                ToolFailure.PERMANENT, "params.artifact is not a stored artifact of this task"
+            )
         try:
-            result, reason = json_schema_verdict(store.content_chunks(key), ctx.params["schema"])
+            result, reason = json_schema_verdict(
+                store.content_chunks(artifact.storage_key), ctx.params.get("schema")
+            )
         except store.ContentMissing:
             raise ToolFailure(
                 ToolFailure.PERMANENT, "the artifact's bytes are not stored"
@@ -39,7 +49,7 @@ class JsonSchemaCheck(ToolAdapter):
         if result == "unavailable":
             raise ToolFailure(ToolFailure.PERMANENT, reason)
         return ToolResult(
-            {"passed": result == "passed", "reason": reason, "digest": subject.get("digest")}
+            {"passed": result == "passed", "reason": reason, "digest": artifact.digest}
         )
 
 
