@@ -25,6 +25,7 @@ so a refusal never reveals that another agent's task exists.
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
 | use the console | a signed-in person with a console role |
 | manage API tokens | admins (roles read fresh) |
+| keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Q
 
+from runtime.accounts import session_signed_in_as
 from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, user_roles
-from runtime.errors import NotAuthorized, NotFound
+from runtime.errors import NotAuthenticated, NotAuthorized, NotFound
 from runtime.models import Approval, Operation, Task
+from runtime.tokens import token_is_live
 
 
 def task_scope(actor: Actor, prefix: str = "") -> Q:
@@ -146,6 +150,34 @@ def _sees(actor: Actor, task: Task) -> bool:
     if actor.kind == "user":
         return task.created_by_id == actor.user_id
     return False
+
+
+def can_follow_task(actor: Actor, task: Task) -> None:
+    """Following a task's journal (an event stream): whoever sees the task. Asked again of an
+    open stream, where a refusal is a 403: the stream already knows the task exists."""
+    if not _sees(actor, task):
+        raise NotAuthorized("only those who see the task may follow it")
+
+
+def can_keep_streaming(
+    actor: Actor, right: Callable[[Actor], None], *, session_key: str | None = None
+) -> None:
+    """The one recheck of every open event stream and live socket, every
+    ``TOKEN_RECHECK_SECONDS``: the principal that opened it must still hold. NotAuthenticated
+    (401) once its token is revoked, its browser session ended (logged out, expired, outdated
+    by a password change) or its user is deactivated; NotAuthorized (403) once ``right``, the
+    right the stream was opened under, no longer holds with the roles held now (a role
+    removed). ``session_key``: the browser session a person's stream came with (None with a
+    token)."""
+    if actor.token_id is not None and not token_is_live(actor.token_id):
+        raise NotAuthenticated("the token was revoked")
+    if actor.kind == "user":
+        user = get_user_model().objects.filter(pk=actor.user_id or 0).first()
+        if user is None or not user.is_active:
+            raise NotAuthenticated("the account is no longer active")
+        if actor.token_id is None and not session_signed_in_as(session_key, user):
+            raise NotAuthenticated("the session ended")
+    right(fresh(actor))
 
 
 def can_write_outcomes(actor: Actor, task: Task) -> None:

@@ -24,12 +24,12 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import leases, operations, tasks
+from runtime import leases, operations, policy, tasks
+from runtime.actors import Actor
 from runtime.approval_selectors import approvals_current
-from runtime.errors import InvalidInput
+from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
 from runtime.models import Operation, Task
-from runtime.tokens import token_is_live
 
 
 def task_body(task: Task) -> dict[str, Any]:
@@ -361,17 +361,19 @@ class TaskEvents(ApiView):
     )
     def get(self, request: Request, task_id: str) -> Any:
         actor = actor_of(request)
-        tasks.task_get(actor, task_id)
+        task = tasks.task_get(actor, task_id)
         accept = request.headers.get("Accept", "")
         raw_after = request.headers.get("Last-Event-ID") or request.query_params.get("after")
         after = _cursor_int(raw_after)
         if "text/event-stream" in accept:
             response = StreamingHttpResponse(
                 _sse(
-                    task_id,
+                    task,
                     after,
                     _float(request.query_params.get("max_seconds"), 3600.0),
-                    token_id=actor.token_id,
+                    actor=actor,
+                    # A person's stream without a token came with its browser session.
+                    session_key=None if actor.token_id else request.session.session_key,
                 ),
                 content_type="text/event-stream",
             )
@@ -425,21 +427,35 @@ def _released(fn: Any) -> Any:
 
 
 _events_after = _released(journal.events_after)
-_token_is_live = _released(token_is_live)
+
+
+@_released
+def _stream_refusal(actor: Actor, task: Task, session_key: str | None) -> dict[str, Any] | None:
+    """The error that ends an open stream now (policy.can_keep_streaming, the rule the live
+    sockets follow too), or None while its principal still holds."""
+    try:
+        policy.can_keep_streaming(
+            actor, lambda now: policy.can_follow_task(now, task), session_key=session_key
+        )
+    except DomainError as exc:
+        return {"error": {"code": exc.code, "message": exc.message}}
+    return None
 
 
 async def _sse(
-    task_id: str, after: int, max_seconds: float, *, token_id: str | None = None
+    task: Task, after: int, max_seconds: float, *, actor: Actor, session_key: str | None
 ) -> AsyncIterator[bytes]:
     """Server-sent events from the journal, resuming strictly after ``after``. Woken by the same
     journal hints as the websockets (services mode); the hints are lossy, so the journal is also
     read on a slow timer as a safety net (and on a quick one in embedded mode, where hints do not
-    cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID, and
-    within TOKEN_RECHECK_SECONDS of its token being revoked."""
+    cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID, and,
+    with an ``event: error``, within TOKEN_RECHECK_SECONDS of its principal no longer holding
+    (token revoked, logged out, user deactivated, role removed)."""
     import json
 
     from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+    task_id = task.pk
     layer = get_channel_layer()
     hinted = layer is not None and not isinstance(layer, InMemoryChannelLayer)
     group = journal.TASK_GROUP.format(task_id=task_id)
@@ -447,10 +463,11 @@ async def _sse(
     if hinted:
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
-    idle = float(settings.SSE_SAFETY_POLL_SECONDS) if hinted else 0.25
-    if token_id is not None:
-        # A revoked token's stream must notice within the recheck period, hints or not.
-        idle = min(idle, float(settings.TOKEN_RECHECK_SECONDS))
+    # The principal's recheck comes round within its period, hints or not.
+    idle = min(
+        float(settings.SSE_SAFETY_POLL_SECONDS) if hinted else 0.25,
+        float(settings.TOKEN_RECHECK_SECONDS),
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     checked = started
@@ -459,11 +476,11 @@ async def _sse(
     try:
         yield b"retry: 1000\n\n"
         while loop.time() - started < max_seconds:
-            if token_id is not None and loop.time() - checked >= settings.TOKEN_RECHECK_SECONDS:
+            if loop.time() - checked >= settings.TOKEN_RECHECK_SECONDS:
                 checked = loop.time()
-                if not await sync_to_async(_token_is_live)(token_id):
-                    revoked = {"error": {"code": "not_authenticated", "message": "token revoked"}}
-                    yield f"event: error\ndata: {json.dumps(revoked)}\n\n".encode()
+                refusal = await sync_to_async(_stream_refusal)(actor, task, session_key)
+                if refusal is not None:
+                    yield f"event: error\ndata: {json.dumps(refusal)}\n\n".encode()
                     return
             rows = await sync_to_async(_events_after)(task_id, last, 200)
             for event in rows:

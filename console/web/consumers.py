@@ -7,8 +7,9 @@ Refusals are sent as close codes after the handshake (4401 not logged in, 4403 n
 4404 no such task or route; in general 4000 + the HTTP status console.api.errors.classify gives
 the error, the one mapping the API and the pages use too): a close before accepting reaches a
 browser as a failed handshake (1006), which looks like a network fault, so the page would keep
-reconnecting forever. A live socket rechecks its session and role every ``RECHECK_SECONDS``:
-logging out or losing the role ends it.
+reconnecting forever. A live socket rechecks its principal every ``TOKEN_RECHECK_SECONDS``
+with the rule every open stream follows (runtime.policy.can_keep_streaming): logging out or
+being deactivated closes it with 4401, losing the role with 4403.
 """
 
 from __future__ import annotations
@@ -16,20 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY
 
 from console.api.errors import classify
 from console.api.serializers import event_out
 from runtime import events as journal
 from runtime import policy
 from runtime.actors import Actor, actor_for_user
+from runtime.errors import DomainError
 from runtime.tasks import task_get
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,6 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_SERVER_ERROR = 1011
-RECHECK_SECONDS = 15.0
 # Cursors are bigint in the journal; anything larger means "nothing yet".
 MAX_CURSOR = 2**63 - 1
 
@@ -56,22 +55,18 @@ def _after(scope: dict[str, Any]) -> int:
         return 0
 
 
-def _session_user_id(session_key: str | None) -> str | None:
-    """Whose session this still is, read fresh from the session store (the scope's copy was
-    loaded at connect and never changes): None once logged out or expired."""
-    if not session_key:
-        return None
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-    user_id = store.load().get(SESSION_KEY)
-    return str(user_id) if user_id is not None else None
+def _recheck_seconds() -> float:
+    return float(settings.TOKEN_RECHECK_SECONDS)
 
 
-def _authority(user_id: int, username: str, session_key: str | None) -> int | None:
-    """The close code this user's socket deserves now, or None while it may stay open."""
-    if _session_user_id(session_key) != str(user_id):
-        return CLOSE_UNAUTHORIZED
-    if not policy.allowed(policy.can_use_console, actor_for_user(user_id, username)):
-        return CLOSE_FORBIDDEN
+def _authority(actor: Actor, session_key: str | None) -> int | None:
+    """The close code this socket deserves now (4000 + the refusal's status: 4401, 4403), or None
+    while it may stay open. The session is read fresh from the store: the scope's copy was
+    loaded at connect and never changes."""
+    try:
+        policy.can_keep_streaming(actor, policy.can_use_console, session_key=session_key)
+    except DomainError as exc:
+        return 4000 + exc.status
     return None
 
 
@@ -134,9 +129,7 @@ class _Follower(_Refusing):
     async def _recheck(self) -> int | None:
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        return await database_sync_to_async(_authority)(
-            self.actor.user_id or 0, self.actor.name, key
-        )
+        return await database_sync_to_async(_authority)(self.actor, key)
 
     async def _follow(self) -> None:
         clock = asyncio.get_running_loop().time
@@ -145,9 +138,12 @@ class _Follower(_Refusing):
             while True:
                 await self._drain()
                 self._wake.clear()
+                # Woken early by a hint; otherwise by the safety poll or the recheck, whichever
+                # is due first.
+                due = max(0.0, checked + _recheck_seconds() - clock())
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=_poll_seconds())
-                if clock() - checked >= RECHECK_SECONDS:
+                    await asyncio.wait_for(self._wake.wait(), timeout=min(_poll_seconds(), due))
+                if clock() - checked >= _recheck_seconds():
                     checked = clock()
                     code = await self._recheck()
                     if code is not None:

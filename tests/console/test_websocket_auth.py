@@ -15,7 +15,6 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from console.asgi import application
-from console.web import consumers
 from tests import factories
 from tests.conftest import journal_note
 
@@ -181,8 +180,8 @@ def test_missing_or_malformed_cursor_starts_from_the_beginning(transactional_db,
     assert run(scenario) == [1, 2]
 
 
-def test_losing_the_role_or_logging_out_ends_a_live_socket(transactional_db, monkeypatch):
-    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)
+def test_losing_the_role_or_logging_out_ends_a_live_socket(transactional_db, settings):
+    settings.TOKEN_RECHECK_SECONDS = 0.0
     task = factories.task(factories.agent())
     operator = factories.console_user("operator")
     client = session_for(operator.actor.name)
