@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -19,19 +20,59 @@ from console.api.idempotency import idempotent
 from console.api.serializers import Int, Text, approval_out, command_out, parse, signal_out
 from console.api.views import ApiView, _limit, _param, operation_bodies, operation_body, task_body
 from runtime import approvals, control, signals, waits
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.approval_selectors import approval_get, approval_list
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
+from runtime.waits import MAX_WAIT_SECONDS
 
 
 class DecisionIn(serializers.Serializer):
     decision = serializers.ChoiceField(choices=approvals.DECISIONS)
-    reason = Text(max_length=2000, required=False, allow_blank=True, default="")
-    params_hash = Text(max_length=80, required=False, allow_blank=True, default="")
+    reason = Text(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Required to deny (not blank).",
+    )
+    params_hash = Text(
+        max_length=80,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Required to approve: the params_hash of the proposal approved.",
+    )
 
 
 class BulkItemIn(DecisionIn):
     approval = Text(min_length=1, max_length=64)
+
+
+class ApproveIn(DecisionIn):
+    """Approve: ``params_hash`` is the hash of the parameters approved (409 approval_stale when
+    it is not the current proposal's)."""
+
+    decision = serializers.ChoiceField(choices=["approve"])
+    params_hash = Text(min_length=1, max_length=80)
+
+
+class DenyIn(DecisionIn):
+    """Deny: the ``reason`` is required and not blank."""
+
+    decision = serializers.ChoiceField(choices=["deny"])
+    reason = Text(max_length=2000, validators=[RegexValidator(r"\S")])
+
+
+# Parsed as DecisionIn (the service answers 400 for a missing params_hash or reason); described
+# as one of the two shapes. A bulk item keeps one shape, its fields saying when they are
+# required: an incomplete item is that item's status 400, not a refused request.
+doc.one_of(
+    DecisionIn,
+    ApproveIn,
+    DenyIn,
+    description="approve needs params_hash; deny needs a reason (400 without).",
+)
 
 
 class BulkIn(serializers.Serializer):
@@ -46,10 +87,16 @@ class EditIn(serializers.Serializer):
 
 
 class RenewIn(serializers.Serializer):
-    # The longest of the two ceilings (an approval's validity; a signal wait's is longer and is
-    # checked by its service).
-    expires_in_seconds = Int(min_value=1, max_value=366 * 24 * 3600)
+    """A signal wait's new period (an approval's wait takes at most an approval's validity)."""
+
+    expires_in_seconds = Int(min_value=1, max_value=MAX_WAIT_SECONDS)
     reason = Text(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ApprovalRenewIn(RenewIn):
+    """An approval's new validity period."""
+
+    expires_in_seconds = Int(min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS)
 
 
 class SignalIn(serializers.Serializer):
@@ -154,13 +201,13 @@ class ApprovalEdit(ApiView):
 class ApprovalRenew(ApiView):
     @extend_schema(
         operation_id="v1_approvals_renew",
-        request=RenewIn,
+        request=ApprovalRenewIn,
         parameters=[doc.IDEMPOTENCY_KEY],
         responses=doc.responses({200: doc.ApprovalSerializer}, write=True),
     )
     @idempotent
     def post(self, request: Request, approval_id: str) -> Response:
-        data = parse(RenewIn, request.data)
+        data = parse(ApprovalRenewIn, request.data)
         approval = approvals.approval_renew(
             actor_of(request),
             approval_id,

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.http import FileResponse
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,7 +24,6 @@ from runtime import artifacts, checks, completion
 from runtime.errors import InvalidInput, PayloadTooLarge
 from runtime.models import Artifact, CheckResult
 
-JSON = OpenApiTypes.OBJECT
 # Shown inline (preview) on request; everything else is always an attachment.
 INLINE_TYPES = (
     "text/plain",
@@ -153,11 +152,9 @@ class TaskArtifacts(ApiView):
     # Not inside the request's transaction: the bytes go to storage between the stage commits.
     @extend_schema(
         operation_id="v1_tasks_artifacts_upload",
-        request={"multipart/form-data": JSON},
+        request={"multipart/form-data": doc.ArtifactUploadIn},
         parameters=[doc.IDEMPOTENCY_KEY],
         responses=doc.responses({201: doc.ArtifactSerializer}, write=True),
-        description="multipart: file, name, media_type; optional operation, inputs, "
-        "input_digests (comma-separated)",
     )
     @idempotent(atomic=False)
     def post(self, request: Request, task_id: str) -> Response:
@@ -222,12 +219,20 @@ class ArtifactContent(ApiView):
         parameters=[OpenApiParameter("inline", bool)],
         responses={
             **doc.responses({}),
-            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            # Served with the artifact's own media type (one of ARTIFACT_MEDIA_TYPES).
+            (200, "*/*"): OpenApiResponse(
+                OpenApiTypes.BINARY,
+                description="The bytes, with the media type the artifact was stored with.",
+            ),
         },
     )
     def get(self, request: Request, artifact_id: str) -> FileResponse:
         artifact, stream = artifacts.artifact_content(actor_of(request), artifact_id)
-        inline = request.query_params.get("inline") == "1" and artifact.media_type in INLINE_TYPES
+        # "1" (the console's links) or a boolean as generated clients send it.
+        inline = (
+            request.query_params.get("inline") in ("1", "true")
+            and artifact.media_type in INLINE_TYPES
+        )
         response = FileResponse(stream, content_type=artifact.media_type)
         response["Content-Length"] = str(artifact.size or 0)
         response["Content-Disposition"] = (

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
+from console.api import serializers as api
 from runtime import resolutions
 from runtime.models import Operation, Signal, TaskCommand
 from runtime.transitions import (
@@ -19,6 +22,7 @@ from runtime.transitions import (
     TaskCondition,
     TaskOutcome,
 )
+from runtime.waits import MAX_WAIT_SECONDS
 
 # --- components -----------------------------------------------------------------------------
 
@@ -433,3 +437,101 @@ class ProvenanceSerializer(serializers.Serializer):
     subject = serializers.ListField(child=serializers.DictField())
     predicateType = serializers.CharField()
     predicate = serializers.DictField()
+
+
+# --- request bodies whose required fields depend on another field ---------------------------
+# Each parsing serializer stays one serializer (console.api.serializers, console.api.humans);
+# the schema describes it as exactly one of its shapes, each a named component with its own
+# required fields, so a client (and schemathesis) sees what the services refuse with 400.
+
+
+def one_of(
+    target: type[serializers.Serializer],
+    *shapes: type[serializers.Serializer],
+    description: str,
+) -> None:
+    """Describe the request serializer ``target`` as ``oneOf`` the ``shapes`` (no discriminator:
+    the field that tells them apart may have a default, and a discriminator's may not)."""
+
+    class OneOf(OpenApiSerializerExtension):
+        target_class = target
+
+        def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+            refs = [auto_schema.resolve_serializer(shape, direction).ref for shape in shapes]
+            # What every shape requires, said once more here: it marks the body required.
+            common = set.intersection(
+                *({n for n, f in s().fields.items() if f.required} for s in shapes)
+            )
+            return {"oneOf": refs, "required": sorted(common), "description": description}
+
+
+class ToolOperationIn(api.OperationIn):
+    """A tool call: ``tool`` names a registered tool (400 ``unknown_tool`` otherwise)."""
+
+    kind = serializers.ChoiceField(
+        choices=[Operation.KIND_TOOL], required=False, default=Operation.KIND_TOOL
+    )
+    tool = api.Text(min_length=1, max_length=200)
+
+
+class WaitSignalOperationIn(api.OperationIn):
+    """A durable wait for the signal named ``signal`` (at most ``timeout_seconds``, a day by
+    default). Kept by the runtime: no tool, and executor ``worker`` (400 otherwise)."""
+
+    kind = serializers.ChoiceField(choices=[Operation.KIND_WAIT_SIGNAL])
+    tool = None  # type: ignore[assignment]  # (DRF drops a parent's field set to None)
+    signal = api.Text(min_length=1, max_length=200)
+
+
+class TimerOperationIn(api.OperationIn):
+    """A timer that fires after ``timeout_seconds``. Kept by the runtime: no tool, and executor
+    ``worker`` (400 otherwise)."""
+
+    kind = serializers.ChoiceField(choices=[Operation.KIND_TIMER])
+    tool = None  # type: ignore[assignment]  # (DRF drops a parent's field set to None)
+    timeout_seconds = api.Int(min_value=1, max_value=MAX_WAIT_SECONDS)
+
+
+one_of(
+    api.OperationIn,
+    ToolOperationIn,
+    WaitSignalOperationIn,
+    TimerOperationIn,
+    description="A tool call (kind tool, the default) needs tool; a wait_signal needs signal; "
+    "a timer needs timeout_seconds. Without them the answer is 400.",
+)
+
+
+@extend_schema_field(OpenApiTypes.BINARY)
+class FilePart(serializers.FileField):
+    """A file part of a multipart body (binary; DRF's own FileField is described as a URI)."""
+
+
+class ArtifactUploadIn(serializers.Serializer):
+    """The multipart form of an upload (API.md "Artifacts")."""
+
+    file = FilePart(help_text="The content (at most ARTIFACT_MAX_BYTES: 413).")
+    name = api.Text(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="The artifact's name; the file's own by default.",
+    )
+    media_type = api.Text(
+        required=False,
+        allow_blank=True,
+        help_text="The file part's type by default; one of ARTIFACT_MEDIA_TYPES (415 otherwise).",
+    )
+    operation = api.Text(
+        required=False, allow_blank=True, help_text="The operation of this task that made it."
+    )
+    inputs = api.Text(
+        required=False,
+        allow_blank=True,
+        help_text="Comma-separated ids of this task's artifacts it was made from.",
+    )
+    input_digests = api.Text(
+        required=False,
+        allow_blank=True,
+        help_text="Comma-separated other inputs, each sha256:<64 hex digits>.",
+    )

@@ -21,6 +21,9 @@ from runtime.models import (
     Task,
     TaskCommand,
 )
+from runtime.operations import MAX_ATTEMPTS_CEILING
+from runtime.tasks import MAX_DEADLINE_SECONDS
+from runtime.waits import MAX_WAIT_SECONDS
 
 
 def iso(value: datetime | None) -> str | None:
@@ -83,7 +86,9 @@ class CheckIn(serializers.Serializer):
 class TaskIn(serializers.Serializer):
     name = Text(max_length=300)
     input = serializers.DictField(required=False, default=dict)
-    deadline_seconds = Int(required=False, allow_null=True, min_value=1)
+    deadline_seconds = Int(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DEADLINE_SECONDS
+    )
     # The builtin meters (BudgetIn) and any meter the task declares: {name: whole amount}.
     budget = serializers.DictField(
         child=Int(min_value=0, max_value=MAX_AMOUNT), required=False, allow_null=True
@@ -118,9 +123,10 @@ class OperationIn(serializers.Serializer):
     executor = serializers.ChoiceField(
         choices=Operation.EXECUTORS, required=False, default="worker"
     )
-    max_attempts = Int(required=False, allow_null=True, min_value=1)
+    max_attempts = Int(required=False, allow_null=True, min_value=1, max_value=MAX_ATTEMPTS_CEILING)
     signal = Text(max_length=200, required=False, default="", allow_blank=True)
-    timeout_seconds = Int(required=False, allow_null=True, min_value=1)
+    # The services' own bound (a wait's longest; a tool operation only records it).
+    timeout_seconds = Int(required=False, allow_null=True, min_value=1, max_value=MAX_WAIT_SECONDS)
     approval_timeout_seconds = Int(
         required=False, allow_null=True, min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS
     )

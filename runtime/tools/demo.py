@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.budgets import MAX_AMOUNT
 from runtime.errors import InvalidInput
 from runtime.keys import key_notification
 from runtime.sandbox import receivers
@@ -20,6 +21,9 @@ from runtime.tools.base import (
 )
 
 APPROVAL_THRESHOLD_CENTS = 10000
+# The receivers keep amounts in bigint and quantities in integer columns: a larger number is
+# refused at proposal, naming the field, instead of approved and then failing in the worker.
+MAX_QTY = 2**31 - 1
 
 
 def _effective(params: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +76,13 @@ def _usage(params: dict[str, Any]) -> dict[str, float]:
     """``"_usage": {meter: amount}``: what the demo call reports it consumed."""
     raw = params.get("_usage") or {}
     if not isinstance(raw, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in raw.values()
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_AMOUNT
+        for v in raw.values()
     ):
-        raise InvalidInput("_usage must map meter names to non-negative numbers")
+        raise InvalidInput(
+            f"params._usage must map meter names to numbers from 0 to {MAX_AMOUNT}",
+            field="params._usage",
+        )
     return {str(k): float(v) for k, v in raw.items()}
 
 
@@ -122,8 +130,12 @@ class PaymentsCharge(ToolAdapter):
         if not isinstance(params.get("account"), str) or not params["account"]:
             raise InvalidInput("demo.payments.charge needs params.account (a string)")
         amount = params.get("amount_cents")
-        if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
-            raise InvalidInput("demo.payments.charge needs params.amount_cents > 0 (an integer)")
+        if not isinstance(amount, int) or isinstance(amount, bool) or not 0 < amount <= MAX_AMOUNT:
+            raise InvalidInput(
+                f"demo.payments.charge needs params.amount_cents from 1 to {MAX_AMOUNT} "
+                "(an integer)",
+                field="params.amount_cents",
+            )
 
     def requires_approval(self, params: dict[str, Any]) -> bool:
         return int(params.get("amount_cents", 0)) > APPROVAL_THRESHOLD_CENTS
@@ -170,8 +182,11 @@ class InventoryReserve(ToolAdapter):
         if not isinstance(params.get("sku"), str) or not params["sku"]:
             raise InvalidInput("demo.inventory.reserve needs params.sku (a string)")
         qty = params.get("qty")
-        if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
-            raise InvalidInput("demo.inventory.reserve needs params.qty > 0 (an integer)")
+        if not isinstance(qty, int) or isinstance(qty, bool) or not 0 < qty <= MAX_QTY:
+            raise InvalidInput(
+                f"demo.inventory.reserve needs params.qty from 1 to {MAX_QTY} (an integer)",
+                field="params.qty",
+            )
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)

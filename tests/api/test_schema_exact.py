@@ -42,8 +42,9 @@ def test_every_success_body_is_a_named_component(schema):
         assert successes, (path, method)
         for status, response in successes.items():
             if path == "/api/v1/artifacts/{artifact_id}/content":
-                # The one response that is the artifact's own bytes (its media type at run time).
-                assert list(response["content"]) == ["application/octet-stream"], path
+                # The one response that is the artifact's own bytes, served with the media type
+                # it was stored with: any, as far as the schema can say.
+                assert list(response["content"]) == ["*/*"], path
                 continue
             assert list(response["content"]) == ["application/json"], (path, method, status)
             ref = _ref(response["content"])
@@ -80,7 +81,16 @@ def test_request_bodies_are_json_only_and_required_when_they_have_required_field
 
 def test_required_request_strings_have_min_length(schema):
     components = schema["components"]["schemas"]
-    for name in ("TaskIn", "OperationIn", "ResolveIn", "CheckIn"):
+    for name in (
+        "TaskIn",
+        "ToolOperationIn",
+        "WaitSignalOperationIn",
+        "TimerOperationIn",
+        "ResolveIn",
+        "CheckIn",
+        "ApproveIn",
+        "DenyIn",
+    ):
         component = components[name]
         for field in component.get("required", []):
             prop = component["properties"][field]
@@ -179,3 +189,47 @@ def test_human_side_components_hold_exactly_the_keys_the_server_renders(schema):
     assert task_body["direction"] == {"text": "left", "version": 1}
     assert set(task_body) | {"command"} == _keys(components["TaskCommand"])
     assert set(task_body) == _keys(components["Task"])
+
+
+def test_conditionally_required_fields_are_shapes_of_one_of(schema):
+    """What a service refuses with 400 unless another field says otherwise is in the schema: an
+    operation is one of three shapes, a decision one of two, each requiring its own fields."""
+    components = schema["components"]["schemas"]
+
+    def shapes(name: str) -> dict[str, list[str]]:
+        refs = [r["$ref"].rsplit("/", 1)[1] for r in components[name]["oneOf"]]
+        return {ref: sorted(components[ref]["required"]) for ref in refs}
+
+    assert shapes("OperationIn") == {
+        "ToolOperationIn": ["step", "tool"],
+        "WaitSignalOperationIn": ["kind", "signal", "step"],
+        "TimerOperationIn": ["kind", "step", "timeout_seconds"],
+    }
+    assert components["ToolOperationIn"]["properties"]["tool"]["minLength"] == 1
+    assert "tool" not in components["TimerOperationIn"]["properties"]
+    assert shapes("DecisionIn") == {
+        "ApproveIn": ["decision", "params_hash"],
+        "DenyIn": ["decision", "reason"],
+    }
+    assert components["DenyIn"]["properties"]["reason"]["pattern"] == "\\S"
+    for path, name in [
+        ("/api/v1/tasks/{task_id}/operations", "OperationIn"),
+        ("/api/v1/approvals/{approval_id}/decision", "DecisionIn"),
+    ]:
+        body = schema["paths"][path]["post"]["requestBody"]
+        assert body["required"] is True, path
+        assert _ref(body["content"]) == f"#/components/schemas/{name}"
+
+
+def test_the_upload_body_carries_the_file(schema):
+    body = schema["paths"]["/api/v1/tasks/{task_id}/artifacts"]["post"]["requestBody"]
+    assert body["required"] is True
+    ref = body["content"]["multipart/form-data"]["schema"]["$ref"]
+    form = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert form["required"] == ["file"]
+    assert form["properties"]["file"] == {
+        "type": "string",
+        "format": "binary",
+        "description": form["properties"]["file"]["description"],
+    }
+    assert {"name", "media_type", "operation", "inputs", "input_digests"} <= set(form["properties"])

@@ -6,6 +6,8 @@ the documented schema."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
@@ -68,10 +70,15 @@ def world(db) -> dict[str, str]:
     }
 
 
+def _digest(text: str) -> int:
+    # Not hash(): str hashes are salted per process, so the split would change from run to run.
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
 def _aim(case, world: dict[str, str]) -> None:
     """Half the examples (by a stable choice) aim at real objects, the rest at generated ids."""
     params = case.path_parameters or {}
-    if not params or hash(repr(case.body) + repr(case.query)) % 2:
+    if not params or _digest(repr(case.body) + repr(case.query)) % 2:
         return
     for name in ("task_id", "operation_id"):
         if name in params:
