@@ -15,11 +15,12 @@ from runtime.actors import SWEEPER, Actor
 from runtime.budgets import child_settle_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused
-from runtime.leases import cancel_requested_txn, operation_settle_txn
+from runtime.leases import cancel_requested_txn, operation_stop_txn
 from runtime.models import BudgetHold, Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
 from runtime.statemachine import task_transition_txn
+from runtime.stoprule import stopping
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
@@ -43,9 +44,11 @@ def _stop_covered_work_txn(
     task: Task, locked: list[Operation], *, now: datetime, actor: str, reason: str
 ) -> None:
     """Settle what has not started and ask what is running to stop. Compensations are cleanup
-    the stop contract keeps running, so they are not covered. Work proposed after the locks
-    were taken is settled only if nobody else holds it; a claimant holding it re-checks the
-    stop under the task's lock and rolls its claim back."""
+    the stop contract keeps running, so they are not covered. Work whose earlier call may have
+    had an effect nobody confirmed goes to a person instead of being cancelled
+    (runtime.stoprule). Work that appeared after the locks were taken is settled only if nobody
+    else holds it (never waiting for a row while holding the task's); a claimant holding it
+    re-checks the stop under the task's lock and rolls its claim back."""
     seen = {op.pk for op in locked}
     late = list(
         Operation.objects.select_for_update(skip_locked=True)
@@ -55,16 +58,51 @@ def _stop_covered_work_txn(
     )
     for op in [*locked, *late]:
         if op.status in _STOPPABLE and op.compensates_id is None:
-            operation_settle_txn(op, S.CANCELLED, now=now, reason=reason, actor=actor)
-    cancel_requested_txn(task.pk, now=now, actor=actor, reason=reason)
+            operation_stop_txn(op, now=now, actor=actor, reason=reason)
+    cancel_requested_txn(task.pk, locked, now=now, actor=actor, reason=reason)
+
+
+# How often a stop takes its locks again when work appeared between its two lock statements,
+# before it goes on with what it holds (what it could not lock re-checks the stop itself).
+_LOCK_ROUNDS = 5
+
+
+class _MoreWork(Exception):
+    """Live work appeared between the stop's operation locks and its task lock."""
 
 
 def _stop_begin_txn(task_id: str) -> tuple[Task, list[Operation]]:
-    """Take the stop's locks in the global order and return the task read under its lock."""
+    """Take the stop's locks in the global order (the task's live operations in ascending id,
+    then the task) and return the task read under its lock. Work that became live in between
+    (proposed and claimed while the stop waited for the task row) is not locked: the locks are
+    given back (a savepoint's row locks go with it) and taken again, so the stop never touches
+    an operation row it did not lock while it holds the task row."""
+    for _ in range(_LOCK_ROUNDS - 1):
+        try:
+            with transaction.atomic():
+                locked, task = _stop_locks_txn(task_id)
+                live = _live_ids_txn(task_id)
+                if not live - {op.pk for op in locked}:
+                    return task, locked
+                raise _MoreWork
+        except _MoreWork:
+            continue
+    locked, task = _stop_locks_txn(task_id)
+    return task, locked
+
+
+def _stop_locks_txn(task_id: str) -> tuple[list[Operation], Task]:
     locked = operations_lock_txn(task_id)
     crash_point("cancel.after_lock")
-    task = Task.objects.select_for_update().get(pk=task_id)
-    return task, locked
+    return locked, Task.objects.select_for_update().get(pk=task_id)
+
+
+def _live_ids_txn(task_id: str) -> set[str]:
+    return set(
+        Operation.objects.filter(task_id=task_id)
+        .exclude(status__in=S.FINAL)
+        .values_list("pk", flat=True)
+    )
 
 
 def task_cancel(actor: Actor, task_id: str, reason: str = "") -> Task:
@@ -95,7 +133,7 @@ def task_cancel_txn(task_id: str, *, actor: str, reason: str) -> bool:
     stop)."""
     now = timezone.now()
     task, locked = _stop_begin_txn(task_id)
-    if task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL:
+    if stopping(task.cancellation, task.condition):
         return False
     reason = reason or "cancelled"
     task_transition_txn(

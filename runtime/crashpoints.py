@@ -38,6 +38,8 @@ POINTS = frozenset(
         "drain.after_claim",  # a drainer's batch claim committed, no call made yet
         "drain.leaving",  # a drainer found its list empty, still registered
         "report.batch_before_commit",  # a batch's acceptance is written, not yet committed
+        "report.after_read",  # the general acceptance read the operation, nothing locked yet
+        "resolve.before_lock",  # a resolution passed its checks, its transaction not yet begun
     }
 )
 

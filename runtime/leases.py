@@ -37,13 +37,21 @@ from runtime.budgets import (
 from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
-from runtime.events import TaskRow, event_append_txn
+from runtime.events import event_append_txn
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
+from runtime.stoprule import (
+    STOPPED_UNCONFIRMED_EVENT,
+    stop_reason,
+    stop_target,
+    stopping,
+    task_stopping,
+    unconfirmed_calls_txn,
+)
 from runtime.tools import Contract, adapters, contract_of
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+from runtime.transitions import OperationStatus
 
 S = OperationStatus
 
@@ -79,18 +87,6 @@ def lease_token_digest(token: str) -> str:
 def lease_token_matches(op: Operation, token: str) -> bool:
     return bool(op.lease_token_digest) and hmac.compare_digest(
         op.lease_token_digest, lease_token_digest(token)
-    )
-
-
-def task_stopping(task: Task | TaskRow) -> bool:
-    """A task whose stop was accepted (cancellation requested, or ended) admits no covered work:
-    nothing is claimed, retried or re-pended for it except its compensations."""
-    return task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL
-
-
-def _stop_reason(task: Task | TaskRow) -> str:
-    return (
-        "the task was cancelled" if task.cancellation != Cancellation.NONE else "the task has ended"
     )
 
 
@@ -153,13 +149,13 @@ def operation_claim(
         with transaction.atomic():
             task_id = Operation.objects.filter(pk=operation_id).values_list("task_id", flat=True)
             return Refusal(paused_claim_refused_txn(operation_id, task_id.get()))
-    # The claim rolled back; settle the work for the stop in a transaction of its own.
+    # The claim rolled back; settle the work for the stop in a transaction of its own (the stop
+    # is final once seen under the lock, so the task read here cannot contradict it).
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
         if op is None or op.status not in S.CLAIMABLE:
             return Refusal("the task stopped")
-        reason = _stop_reason(op.task)
-        return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=reason)
+        return _stop_or_refuse(op, now=now, actor=actor, reason=stop_reason(op.task))
 
 
 def _slot_free_txn(operation_id: str, now: datetime) -> bool:
@@ -262,6 +258,14 @@ def _settle_or_refuse(
     return Refusal(reason)
 
 
+def _stop_or_refuse(op: Operation, *, now: datetime, actor: str, reason: str) -> Refusal:
+    try:
+        operation_stop_txn(op, now=now, actor=actor, reason=reason)
+    except TransitionRejected:
+        return Refusal("another claimant won")
+    return Refusal(reason)
+
+
 def _claim_txn(
     operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | Refusal:
@@ -279,7 +283,8 @@ def _claim_txn(
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
-        return _settle_or_refuse(op, S.CANCELLED, now=now, actor=actor, reason=_stop_reason(task))
+        # A stop is final: seen once, it holds (a claim that sees none re-checks under the lock).
+        return _stop_or_refuse(op, now=now, actor=actor, reason=stop_reason(task))
     if task.paused and not cleanup:
         # Pause: the delivery takes nothing and its announcement is spent (runtime.control).
         return Refusal(paused_claim_refused_txn(op.pk, task.pk))
@@ -372,6 +377,7 @@ def operation_settle_txn(
     reason: str,
     actor: str,
     fields: dict[str, Any] | None = None,
+    event_type: str | None = None,
 ) -> None:
     """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
     transition, its announcements consumed, and whatever the settling sets in motion (a
@@ -383,11 +389,37 @@ def operation_settle_txn(
         actor=actor,
         fields={"status_reason": reason, **(fields or {})},
         data={"reason": reason},
+        event_type=event_type,
     )
     outbox_consume_txn(op.pk)
     # Limits: work settled without a call gives its hold back.
     budget_release_txn(budget=task_budget(op.task_id), op=op, actor=actor, now=now)
     operation_settled_txn(op, transitioned.task, now=now, actor=actor)
+
+
+def operation_stop_txn(op: Operation, *, now: datetime, actor: str, reason: str) -> str:
+    """Settle covered work that is not running for its task's stop (runtime.stoprule): cancelled,
+    or unresolved, for a person, when a call of it may have had an effect nobody confirmed; its
+    unknown budget amounts then stay unknown until that person resolves it. Returns the status.
+
+    Preconditions: inside the caller's transaction, which has seen the task's stop (a stop is
+    final); ``op`` carries the status and state version it was read with (the guarded UPDATE
+    refuses otherwise: TransitionRejected)."""
+    target = stop_target(op.tool, unconfirmed=op.pk in unconfirmed_calls_txn([op.pk]))
+    if target == S.UNRESOLVED:
+        reason = f"{reason}; an earlier call's outcome is unconfirmed"
+        operation_settle_txn(
+            op,
+            target,
+            now=now,
+            actor=actor,
+            reason=reason,
+            fields={"error": {"kind": "unknown", "message": reason}, "next_attempt_at": None},
+            event_type=STOPPED_UNCONFIRMED_EVENT,
+        )
+    else:
+        operation_settle_txn(op, target, now=now, actor=actor, reason=reason)
+    return target
 
 
 def lease_heartbeat(
@@ -421,10 +453,7 @@ def lease_heartbeat(
         )
         raise StaleLease("the lease is not the current one", operation=operation_id)
     cancel_requested, cancellation, condition = row
-    cancel = bool(
-        cancel_requested or cancellation != Cancellation.NONE or condition == TaskCondition.TERMINAL
-    )
-    return expires, cancel
+    return expires, bool(cancel_requested) or stopping(cancellation, condition)
 
 
 _HEARTBEAT_SQL = f"""
@@ -442,7 +471,11 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
     generation at the next claim), the invocation is marked lost, attempts stay used. Where
     invoking again could repeat an effect nobody can confirm (no receiver contract, or the task
     is stopping), the operation goes to a person instead. The takeover re-checks the expiry in
-    its guarded statement, so a heartbeat that committed after the read keeps its lease."""
+    its guarded statement, so a heartbeat that committed after the read keeps its lease.
+
+    Locks: the operation row, then its task's (the global order); the target is decided from
+    the task read under its lock, so a stop that committed first is seen, and one still under
+    way waits for the takeover and then settles what it left (runtime.stoprule)."""
     now = now or timezone.now()
     expired_ids = list(
         Operation.objects.filter(status=S.RUNNING, lease_expires_at__lt=now)
@@ -451,17 +484,18 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
     )
     taken = 0
     for op_id in expired_ids:
+        crash_point("sweep.after_read")
         with transaction.atomic():
             op = (
-                Operation.objects.select_related("task")
+                Operation.objects.select_for_update()
                 .filter(pk=op_id, status=S.RUNNING, lease_expires_at__lt=now)
                 .first()
             )
             if op is None:
                 continue
-            crash_point("sweep.after_read")
+            op.task = Task.objects.select_for_update().get(pk=op.task_id)
             generation = op.lease_generation
-            target, reason = _takeover_target(op)
+            target, reason = _takeover_target(op, op.task)
             try:
                 transitioned = operation_transition_txn(
                     op,
@@ -489,24 +523,22 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
     return taken
 
 
-def _takeover_target(op: Operation) -> tuple[str, str]:
-    contract = contract_of(op.tool)
-    if contract == Contract.NONE:
+def _takeover_target(op: Operation, task: Task) -> tuple[str, str]:
+    """Where expired work goes. ``task`` was read under its row lock."""
+    if contract_of(op.tool) == Contract.NONE:
         # With no receiver contract, a dispatched call whose worker went silent may or may
         # not have taken effect, and invoking again could repeat it: a person decides.
         return (
             S.UNRESOLVED,
             "lease expired with the outcome unconfirmed; the receiver cannot be asked",
         )
-    if task_stopping(op.task) and op.compensates_id is None:
-        # No covered work is re-admitted for a stopping task. Without an effect to fear the
-        # work is simply cancelled; otherwise its outcome stays with a person.
-        if contract == Contract.PURE:
-            return S.CANCELLED, f"lease expired after the stop ({_stop_reason(op.task)})"
-        return (
-            S.UNRESOLVED,
-            f"lease expired after the stop ({_stop_reason(op.task)}); the outcome is unconfirmed",
-        )
+    if task_stopping(task) and op.compensates_id is None:
+        # No covered work is re-admitted for a stopping task, and the lost call is unconfirmed:
+        # only a pure call is simply cancelled; any other outcome stays with a person.
+        why = f"lease expired after the stop ({stop_reason(task)})"
+        if stop_target(op.tool, unconfirmed=True) == S.CANCELLED:
+            return S.CANCELLED, why
+        return S.UNRESOLVED, f"{why}; the outcome is unconfirmed"
     return S.PENDING, "lease expired"
 
 
@@ -533,17 +565,21 @@ def agent_claim(operation_id: str, execution_id: str, *, actor: str) -> Lease:
     return lease
 
 
-def cancel_requested_txn(task_id: str, *, now: datetime, actor: str, reason: str) -> list[str]:
+def cancel_requested_txn(
+    task_id: str, locked: list[Operation], *, now: datetime, actor: str, reason: str
+) -> list[str]:
     """Ask the task's running covered operations to stop (they learn it from their heartbeat),
     journalling the request for each, inside the caller's transaction. The operations' state
-    versions do not move: a result that arrives anyway is still accepted and kept."""
-    running = list(
-        Operation.objects.filter(
-            task_id=task_id, status=S.RUNNING, compensates__isnull=True, cancel_requested=False
-        )
-        .order_by("id")
-        .values_list("pk", "state_version")
-    )
+    versions do not move: a result that arrives anyway is still accepted and kept.
+
+    Preconditions: ``locked`` are the task's live operations, locked (in ascending id) before
+    the task row and read under those locks; only they are touched (an operation updated
+    without its lock while the task row is held would deadlock with its own report)."""
+    running = [
+        (op.pk, op.state_version)
+        for op in sorted(locked, key=lambda o: o.pk)
+        if op.status == S.RUNNING and op.compensates_id is None and not op.cancel_requested
+    ]
     if not running:
         return []
     Operation.objects.filter(pk__in=[pk for pk, _ in running]).update(cancel_requested=True)

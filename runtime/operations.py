@@ -7,6 +7,7 @@ outbox rows) commit together, fenced on lease generation and state version, or n
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import random
 from contextlib import nullcontext
@@ -35,6 +36,7 @@ from runtime.budgets import (
 )
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
+from runtime.db import contention_retry
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -46,12 +48,13 @@ from runtime.errors import (
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
 from runtime.keys import key_in_namespace, key_namespace
-from runtime.leases import lease_token_digest, lease_token_matches, task_stopping
+from runtime.leases import lease_token_digest, lease_token_matches
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
+from runtime.stoprule import stop_target, task_stopping, unconfirmed_calls_txn
 from runtime.tasks import task_admission_check, task_for_proposal
 from runtime.text import name_check
 from runtime.tools import (
@@ -434,8 +437,12 @@ def _report_general_txn(
     head = Operation.objects.filter(pk=operation_id).values("compensates_id").first()
     if head is None:
         raise StaleLease("no such operation", operation=operation_id)
+    crash_point("report.after_read")
+    # The global order: the operation (with the original a compensation settles, ascending id),
+    # then the task, whose row the decision reads under its lock: a stop that committed first
+    # is applied here; one still under way waits for this acceptance and settles what it left.
     operation_and_original_lock_txn(operation_id, head["compensates_id"])
-    op = Operation.objects.select_related("task").get(pk=operation_id)
+    op = Operation.objects.select_for_update().get(pk=operation_id)
     if (
         op.status != S.RUNNING
         or op.lease_generation != lease_generation
@@ -446,6 +453,7 @@ def _report_general_txn(
             "the lease is not the current one (generation, token or state version)",
             operation=operation_id,
         )
+    op.task = Task.objects.select_for_update().get(pk=op.task_id)
     _apply_report_txn(op, report, now=now, actor=actor, rng=rng)
     crash_point("report.before_commit")
     return op
@@ -502,9 +510,11 @@ def report_decision(
     stopping: bool,
     now: datetime,
     rng: random.Random,
+    unconfirmed_before: bool = False,
 ) -> hotpath.Acceptance:
     """What one report does to a running operation (pure: from the operation as claimed, the
-    tool's contract and whether its task is stopping). Both acceptance paths apply it."""
+    tool's contract, whether its task is stopping, read under the task's lock, and whether an
+    earlier call of it is unconfirmed). Both acceptance paths apply it."""
     contract = adapter.contract if adapter is not None else Contract.NONE
     result: Any = None
     next_at: datetime | None = None
@@ -555,13 +565,11 @@ def report_decision(
         target = S.UNRESOLVED
     if target == S.RETRY_SCHEDULED and stopping and not op.compensates_id:
         # Nothing is retried for a stopping task: work that failed is simply cancelled; an
-        # outcome nobody can confirm stays with a person (unless repeating it is harmless).
+        # outcome nobody can confirm (this call's or an earlier one's) stays with a person
+        # (runtime.stoprule: unless repeating it is harmless).
         next_at = None
-        target = (
-            S.UNRESOLVED
-            if report.outcome == "unknown" and contract != Contract.PURE
-            else S.CANCELLED
-        )
+        unconfirmed = report.outcome == "unknown" or unconfirmed_before
+        target = stop_target(op.tool, unconfirmed=unconfirmed)
         reason = "stopped with the task"
     data: dict[str, Any] = {
         "lease_generation": op.lease_generation,
@@ -598,13 +606,17 @@ def _apply_report_txn(
     settling sets in motion: saga steps, a stopping task's quiescence)."""
     from runtime.tools import adapters
 
+    # ``op.task`` was read under its row lock (_report_general_txn).
+    stopping = task_stopping(op.task)
     decision = report_decision(
         op,
         report,
         adapter=adapters().get(op.tool),
-        stopping=task_stopping(op.task),
+        stopping=stopping,
         now=now,
         rng=rng,
+        unconfirmed_before=stopping
+        and op.pk in unconfirmed_calls_txn([op.pk], before=op.attempts_used),
     )
     generation = op.lease_generation
     fields: dict[str, Any] = {
@@ -733,36 +745,46 @@ def operations_report_batch(
         )
         for op, report in reports
     ]
-    accepted: set[str] = set()
-    try:
-        with transaction.atomic(durable=True):
-            accepted = set(
-                hotpath.accept_batch_txn(
-                    decided,
-                    lease_token_digest=lease_token_digest(lease_token),
-                    actor=actor,
-                    now=now,
+
+    def accept() -> set[str]:
+        try:
+            with transaction.atomic(durable=True):
+                ids = set(
+                    hotpath.accept_batch_txn(
+                        decided,
+                        lease_token_digest=lease_token_digest(lease_token),
+                        actor=actor,
+                        now=now,
+                    )
                 )
-            )
-            crash_point("report.batch_before_commit")
-    except hotpath.BatchStopped:
-        accepted = set()
+                crash_point("report.batch_before_commit")
+        except hotpath.BatchStopped:
+            return set()
+        return ids
+
+    # Contention (a deadlock or serialization failure the database broke by rolling this
+    # transaction back) is retried as the one-operation path's is: otherwise the whole batch
+    # would stay running until its leases expired.
+    accepted = contention_retry(accept)
     outcomes: dict[str, str] = {}
     for op, report in reports:
         if op.pk in accepted:
             outcomes[op.pk] = report.outcome
             continue
         try:
-            operation_report(
-                op.pk,
-                lease_generation=op.lease_generation,
-                lease_token=lease_token,
-                state_version=op.state_version,
-                report=report,
-                execution_id=execution_id,
-                snapshot=op,
-                now=now,
-                rng=rng,
+            contention_retry(
+                functools.partial(
+                    operation_report,
+                    op.pk,
+                    lease_generation=op.lease_generation,
+                    lease_token=lease_token,
+                    state_version=op.state_version,
+                    report=report,
+                    execution_id=execution_id,
+                    snapshot=op,
+                    now=now,
+                    rng=rng,
+                )
             )
             outcomes[op.pk] = report.outcome
         except StaleLease:

@@ -21,13 +21,13 @@ from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
 from runtime.errors import Conflict, InvalidInput, TaskRefused, TransitionRejected
 from runtime.executor import invocation_context
-from runtime.leases import task_stopping
-from runtime.models import Invocation, Operation, Resolution
+from runtime.models import Invocation, Operation, Resolution, Task
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
+from runtime.stoprule import task_stopping
 from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
 
@@ -75,7 +75,9 @@ def operation_resolve(
 
     Preconditions: ``actor`` is support staff (or admin); ``state_version`` is the version the
     person looked at. Raises TransitionRejected (409 state_version_mismatch) when someone else
-    changed it first, ResolutionNotAllowed where the contract forbids the resolution.
+    changed it first, ResolutionNotAllowed where the contract forbids the resolution, and
+    TaskRefused (409 task_cancelled / task_terminal) for a retry in a stopped task: that is
+    decided under the task's row lock, so a stop that commits first always wins.
     """
     can_resolve(actor)
     if resolution not in RESOLUTIONS:
@@ -91,13 +93,6 @@ def operation_resolve(
     if resolution not in resolutions_allowed(op):
         raise ResolutionNotAllowed(_REFUSALS.get(resolution, "not allowed here"))
 
-    if resolution == "retry_same_key" and op.compensates_id is None and task_stopping(op.task):
-        # Nothing is re-admitted for a stopping task except its compensations.
-        raise TaskRefused(
-            "the task has stopped: its work is not retried",
-            code="task_cancelled" if op.task.cancellation != "none" else "task_terminal",
-        )
-
     looked_up: Any = None
     if resolution == "lookup":
         # Ask before taking any lock: a receiver call must not hold the operation's row.
@@ -111,11 +106,17 @@ def operation_resolve(
         crash_point("resolve.after_lookup")
 
     now = timezone.now()
+    crash_point("resolve.before_lock")
     with transaction.atomic():
+        # The global order: the operation (with the original a compensation settles), then the
+        # task, read under its lock; every rule that depends on the task is applied to that row.
         operation_and_original_lock_txn(op.pk, op.compensates_id)
-        op = Operation.objects.select_related("task").get(pk=operation_id)
+        op = Operation.objects.select_for_update().get(pk=operation_id)
         if op.state_version != state_version or op.status != S.UNRESOLVED:
             raise TransitionRejected("someone else changed this operation first")
+        op.task = Task.objects.select_for_update().get(pk=op.task_id)
+        if resolution == "retry_same_key" and op.compensates_id is None:
+            _retry_admitted(op.task)
         from_status = op.status
         fields: dict[str, Any]
         data: dict[str, Any] = {"resolution": resolution, "evidence": evidence}
@@ -174,6 +175,16 @@ def operation_resolve(
         operation_settled_txn(op, transitioned.task, now=now, actor=actor.label)
     op.refresh_from_db()
     return op
+
+
+def _retry_admitted(task: Task) -> None:
+    """Nothing is re-admitted for a stopping task except its compensations. ``task`` was read
+    under its row lock."""
+    if task_stopping(task):
+        raise TaskRefused(
+            "the task has stopped: its work is not retried",
+            code="task_cancelled" if task.cancellation != "none" else "task_terminal",
+        )
 
 
 def _lookup_invocation_txn(op: Operation, looked_up: Any, now: Any) -> None:

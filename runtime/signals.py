@@ -23,8 +23,9 @@ from runtime.errors import InvalidInput
 from runtime.events import event_append_txn
 from runtime.models import Operation, Signal
 from runtime.policy import can_signal
+from runtime.stoprule import stopping
 from runtime.tasks import task_get
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+from runtime.transitions import OperationStatus
 from runtime.waits import wait_satisfy_txn
 
 S = OperationStatus
@@ -102,7 +103,7 @@ def signal_send(
             if wait is None:
                 # A wait whose registration committed while we waited for the task lock.
                 wait = _waiting(task_id, name)
-            ended = row.condition == TaskCondition.TERMINAL or row.cancellation != Cancellation.NONE
+            ended = stopping(row.cancellation, row.condition)
             if wait is not None and not ended:
                 disposition = Signal.DELIVERED
                 Signal.objects.filter(pk=signal.pk).update(

@@ -26,8 +26,8 @@ from runtime.leases import lease_token_digest
 from runtime.models import Invocation, Operation
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
-from runtime.tools import Contract, contract_of
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+from runtime.stoprule import stop_target, stopping
+from runtime.transitions import OperationStatus
 
 S = OperationStatus
 log = logging.getLogger(__name__)
@@ -44,10 +44,8 @@ def cancel_seen(operation_id: str, lease_generation: int) -> bool:
     )
     if row is None or row["status"] != S.RUNNING:
         return False
-    return bool(
-        row["cancel_requested"]
-        or row["task__cancellation"] != Cancellation.NONE
-        or row["task__condition"] == TaskCondition.TERMINAL
+    return bool(row["cancel_requested"]) or stopping(
+        row["task__cancellation"], row["task__condition"]
     )
 
 
@@ -67,8 +65,9 @@ def operation_terminate(
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
         if op is None or op.status != S.RUNNING or op.state_version != state_version:
             return False
-        pure = contract_of(op.tool) == Contract.PURE
-        target = S.CANCELLED if pure else S.UNRESOLVED
+        # The call being ended is unconfirmed: the stop rule decides what it becomes.
+        target = stop_target(op.tool, unconfirmed=True)
+        pure = target == S.CANCELLED
         reason = f"ended by its worker: still running {grace:g}s after the cancel request" + (
             "" if pure else "; whether the receiver acted is unconfirmed"
         )

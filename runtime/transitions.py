@@ -127,6 +127,10 @@ OPERATION = Machine(
             Edge("attempts_exhausted", S.PENDING, S.FAILED),
             # A compensation that cannot finish goes to a person instead of failing quietly.
             Edge("compensation_exhausted", S.PENDING, S.UNRESOLVED),
+            # A stop hands work whose earlier call is unconfirmed to a person (runtime.stoprule;
+            # from pending it takes the edge above, journalled under this name).
+            Edge("stopped_unconfirmed", S.RETRY_SCHEDULED, S.UNRESOLVED),
+            Edge("stopped_unconfirmed", S.MANUAL_INTERVENTION, S.UNRESOLVED),
             Edge("version_refused", S.PENDING, S.MANUAL_INTERVENTION),
             Edge("version_refused", S.RETRY_SCHEDULED, S.MANUAL_INTERVENTION),
             Edge("version_refused", S.RUNNING, S.MANUAL_INTERVENTION),

@@ -1,0 +1,89 @@
+"""The stop rule, written once: when a task admits no more covered work, and what a stop makes of
+work that has not finished. Every writer applies it to the task row it read *under that row's
+lock* (DESIGN.md, "one writer per transition"); the one-statement forms (runtime.hotpath) render
+its SQL from here, so no path can spell it differently.
+
+A stop never turns a possible effect into ``cancelled``: work with a call whose outcome nobody
+confirmed (unknown, lost with its lease, terminated, never reported) goes to a person as
+``unresolved``, with its invocations as evidence and its budget hold left unknown until that
+person resolves it; only a pure call (no effect to fear) is simply cancelled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from runtime.models import Invocation
+from runtime.tools import Contract, contract_of
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+
+S = OperationStatus
+
+# What a call's recorded outcome must be for its effect to be known (it happened, or it did
+# not): any other outcome, or none yet, leaves an effect possible.
+CONFIRMED_OUTCOMES = (
+    Invocation.OUTCOME_SUCCEEDED,
+    Invocation.OUTCOME_FAILED_TRANSIENT,
+    Invocation.OUTCOME_FAILED_PERMANENT,
+    Invocation.OUTCOME_REFUSED,
+    "no_record",  # a person's lookup: the receiver has no record of the key
+)
+
+# The journal event of a stop that hands unconfirmed work to a person.
+STOPPED_UNCONFIRMED_EVENT = "operation.stopped_unconfirmed"
+
+
+class _TaskState(Protocol):
+    @property
+    def cancellation(self) -> str: ...
+
+    @property
+    def condition(self) -> str: ...
+
+
+def stopping(cancellation: str, condition: str) -> bool:
+    """Whether a task in this state admits no covered work: its cancellation was requested, or
+    it has ended. Nothing is claimed, retried or re-pended for it except its compensations."""
+    return cancellation != Cancellation.NONE or condition == TaskCondition.TERMINAL
+
+
+def task_stopping(task: _TaskState) -> bool:
+    """``stopping`` of a task row (a Task, or the TaskRow a journal statement returned). The
+    caller must hold the task's row lock for the answer to decide anything."""
+    return stopping(task.cancellation, task.condition)
+
+
+def not_stopping_sql(alias: str) -> str:
+    """The rule as a SQL predicate over the task row ``alias`` (constants only)."""
+    return (
+        f"{alias}.cancellation = '{Cancellation.NONE}' "
+        f"AND {alias}.condition <> '{TaskCondition.TERMINAL}'"
+    )
+
+
+def stop_reason(task: _TaskState) -> str:
+    return (
+        "the task was cancelled" if task.cancellation != Cancellation.NONE else "the task has ended"
+    )
+
+
+def unconfirmed_calls_txn(operation_ids: Iterable[str], *, before: int | None = None) -> set[str]:
+    """Those of ``operation_ids`` with a call (numbered below ``before``, when given) whose
+    effect nobody confirmed. Read inside the stopping transaction, under the operations' row
+    locks (no call of theirs can be reported meanwhile)."""
+    ids = list(operation_ids)
+    if not ids:
+        return set()
+    calls = Invocation.objects.filter(operation_id__in=ids)
+    if before is not None:
+        calls = calls.filter(number__lt=before)
+    return set(calls.exclude(outcome__in=CONFIRMED_OUTCOMES).values_list("operation_id", flat=True))
+
+
+def stop_target(tool: str, *, unconfirmed: bool) -> str:
+    """What a stop makes of covered work that is not running: ``cancelled``, unless a call of it
+    may have had an effect nobody confirmed and the tool is not pure: then ``unresolved``, for a
+    person (who may look it up, mark it, or compensate it)."""
+    if unconfirmed and contract_of(tool) != Contract.PURE:
+        return S.UNRESOLVED
+    return S.CANCELLED
