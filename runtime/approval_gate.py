@@ -1,22 +1,27 @@
 """The two ends of an approval that live on the operation path: the request written with the
 proposal (the operation is created ``waiting_approval`` and nothing reaches the outbox), and the
 release recheck at claim time (no claim runs a gated operation unless an approval of its current
-parameter hash was granted). Kept apart from ``runtime.approvals`` so the proposal and claim
-paths import nothing that imports them back."""
+proposal was granted, is still valid and its approver still holds the right). Kept apart from
+``runtime.approvals`` so the proposal and claim paths import nothing that imports them back."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runtime.actors import Actor
+from runtime.db import db_now
 from runtime.events import event_append_txn
 from runtime.models import Approval, Operation, Task
-from runtime.statemachine import approval_transition_txn
+from runtime.outbox import outbox_consume_txn
+from runtime.policy import approval_decision_refusal, fresh
+from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import within_task_deadline
 from runtime.tools import ToolAdapter
-from runtime.transitions import ApprovalStatus
+from runtime.transitions import ApprovalStatus, OperationStatus
 
 A = ApprovalStatus
+S = OperationStatus
 MAX_APPROVAL_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 
@@ -46,6 +51,7 @@ def approval_request_txn(
         requested_by=actor.label,
         requester_key=actor.key,
         requested_for_key=f"user:{creator}" if creator is not None else "",
+        requester_minted_by=actor.minted_by or "",
         # An approval never outlives its task's deadline.
         expires_at=within_task_deadline(now + timedelta(seconds=seconds), task.deadline),
         created_at=now,
@@ -68,24 +74,100 @@ def approval_request_txn(
     return approval
 
 
-def approval_release_txn(op: Operation, *, now: datetime) -> str | None:
-    """At claim: the approval granted for ``op``'s current parameter hash becomes released; a
-    retry of released work stays covered. Returns why the claim must not run it, or None.
-    Preconditions: inside the claim's transaction, for an operation with approval_required."""
-    covering = (
-        Approval.objects.filter(
-            operation_id=op.pk,
-            params_hash=op.params_hash,
-            status__in=(A.APPROVED, A.RELEASED),
-        )
-        .order_by("-proposal_version")
+@dataclass(frozen=True)
+class ReleaseRefused:
+    """Why a claim may not run gated work. ``returned``: the action already went back to a
+    person (its approval expired, or reopened for another approver) and nothing is left to
+    settle; otherwise no approval covers it and the claim settles it for a person."""
+
+    reason: str
+    returned: bool = False
+
+
+def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> ReleaseRefused | None:
+    """At claim, the release recheck: the newest decision on ``op`` must be an approval of its
+    current proposal (parameter hash and proposal version), not denied, still valid by the
+    database's clock, and its approver must hold the right now (roles and activity read
+    fresh). Then it becomes released and the claim goes on (None); a retry of released work
+    stays covered. Otherwise nothing runs: an approval that expired goes ``expired`` with its
+    operation (an admin renews or transforms it on /waits/); an approver who lost the right
+    voids the decision, and the request waits on /approvals/ for another approver.
+
+    Preconditions: inside the claim's transaction, holding ``op``'s row (lock order: the
+    operation, then its approvals, then the task through the journal)."""
+    latest = (
+        Approval.objects.select_for_update()
+        .filter(operation_id=op.pk)
+        .order_by("-proposal_version", "-created_at")
         .first()
     )
-    if covering is None:
-        return "no approval covers these parameters"
-    if covering.status == A.APPROVED:
-        approval_transition_txn(covering, A.RELEASED, now=now, fields={"released_at": now})
+    if (
+        latest is None
+        or latest.status not in (A.APPROVED, A.RELEASED)
+        or latest.params_hash != op.params_hash
+    ):
+        return ReleaseRefused("no approval covers these parameters")
+    if latest.status == A.RELEASED:
+        return None
+    # The moment of release on the database's clock: the validity was set by another host.
+    at = db_now()
+    if latest.expires_at <= at:
+        approval_transition_txn(latest, A.EXPIRED, now=now, extra_guard={"expires_at__lte": at})
+        reason = "the approval expired before its work could start"
+        operation_transition_txn(
+            op,
+            S.EXPIRED,
+            now=now,
+            actor=actor,
+            fields={"status_reason": reason},
+            event_type="approval.expired",
+            data={"approval": latest.pk, "reason": reason},
+        )
+        outbox_consume_txn(op.pk)
+        return ReleaseRefused(reason, returned=True)
+    refusal = _approver_refusal(latest)
+    if refusal is not None:
+        if op.status != S.PENDING:
+            return ReleaseRefused(f"the approval no longer holds: {refusal}")
+        reason = f"the approver can no longer approve it: {refusal}"
+        decided_by = latest.decided_by
+        approval_transition_txn(
+            latest,
+            A.PENDING,
+            now=now,
+            fields={"decided_by": "", "decider_key": "", "decided_at": None, "reason": reason},
+        )
+        operation_transition_txn(
+            op,
+            S.WAITING_APPROVAL,
+            now=now,
+            actor=actor,
+            fields={"status_reason": reason},
+            event_type="approval.reopened",
+            data={"approval": latest.pk, "reason": reason, "approver": decided_by},
+        )
+        outbox_consume_txn(op.pk)
+        return ReleaseRefused(reason, returned=True)
+    approval_transition_txn(
+        latest,
+        A.RELEASED,
+        now=now,
+        fields={"released_at": now},
+        extra_guard={"expires_at__gt": at, "params_hash": op.params_hash},
+    )
     return None
+
+
+def _approver_refusal(approval: Approval) -> str | None:
+    """The approval rule (runtime.policy) asked again for the person who decided, on the roles
+    and activity they hold now."""
+    kind, _, ident = approval.decider_key.partition(":")
+    if kind != "user" or not ident.isdigit():
+        return "the decision names no person"
+    name = approval.decided_by.partition(":")[2] or ident
+    return approval_decision_refusal(
+        fresh(Actor(kind="user", name=name, user_id=int(ident))), approval
+    )
 
 
 def first_proposal_hash(op: Operation) -> str | None:

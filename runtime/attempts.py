@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from runtime.actors import Actor
 from runtime.budgets import attempt_allocate_txn
+from runtime.crashpoints import crash_point
 from runtime.errors import InvalidInput
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Operation, Task
@@ -78,6 +79,7 @@ def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
                 "reason": reason,
             },
         )
+        crash_point("attempt.before_commit")
     return attempt
 
 

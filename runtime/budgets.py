@@ -373,7 +373,9 @@ def child_allocate_txn(
 
 def child_settle_txn(*, child: Task, now: datetime) -> None:
     """The child ended: its parent's hold is replaced by what the child consumed (posted as
-    posted, unknown as unknown) and the rest is released. Idempotent (the usage record's key).
+    posted, unknown as unknown), all of it even beyond its allocation (an overrun is money
+    spent: the parent's meter shows posted above its limit and admits nothing more), and the
+    rest is released. Idempotent (the usage record's key and the hold's guarded status).
 
     Preconditions: inside the caller's transaction; the child is terminal with nothing active."""
     holds = list(
@@ -391,8 +393,8 @@ def child_settle_txn(*, child: Task, now: datetime) -> None:
     lost = {row["meter"]: row["u"] for row in totals}
     actor = f"task:{child.pk}"
     for hold in sorted(holds, key=lambda h: h.meter_id):
-        posted = min(int(spent.get(hold.meter.meter) or 0), hold.amount)
-        unknown = min(int(lost.get(hold.meter.meter) or 0), hold.amount - posted)
+        posted = int(spent.get(hold.meter.meter) or 0)
+        unknown = int(lost.get(hold.meter.meter) or 0)
         if posted:
             _record_usage_txn(
                 meter_id=hold.meter_id,

@@ -171,16 +171,16 @@ def _cascade_after_commit(task_id: str, *, actor: str, reason: str) -> None:
 
 def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
     """The agent gives up: the task ends failed, work not yet started is cancelled, running work
-    is asked to stop (and its results kept)."""
+    is asked to stop (and its results kept). A task's first accepted ending stands: once a
+    cancel was accepted (even while its running work still settles) the task ends cancelled,
+    and the fail is refused (409 ``task_cancelled``), decided on the task read under its lock."""
     task = task_get(actor, task_id)
     can_cancel(actor, task)
-    if task.condition == TaskCondition.TERMINAL:
-        raise TaskRefused("the task has ended", code="task_terminal")
+    _fail_admissible(task)
     now = timezone.now()
     with transaction.atomic():
         task, locked = _stop_begin_txn(task_id)
-        if task.condition == TaskCondition.TERMINAL:
-            raise TaskRefused("the task has ended", code="task_terminal")
+        _fail_admissible(task)
         reason = reason or "failed"
         _stop_covered_work_txn(task, locked, now=now, actor=actor.label, reason=reason)
         task.refresh_from_db()
@@ -197,6 +197,13 @@ def task_fail(actor: Actor, task_id: str, reason: str = "") -> Task:
         _cascade_after_commit(task.pk, actor=actor.label, reason=reason)
     task.refresh_from_db()
     return task
+
+
+def _fail_admissible(task: Task) -> None:
+    if task.cancellation != Cancellation.NONE:
+        raise TaskRefused("the task was cancelled", code="task_cancelled")
+    if task.condition == TaskCondition.TERMINAL:
+        raise TaskRefused("the task has ended", code="task_terminal")
 
 
 def children_cancel(parent_id: str, *, actor: str, reason: str) -> int:

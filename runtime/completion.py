@@ -17,9 +17,11 @@ from runtime.actors import Actor
 from runtime.artifacts import may_write
 from runtime.checks import CheckState, check_states, task_checks_run
 from runtime.children import children_live_ids
+from runtime.crashpoints import crash_point
 from runtime.errors import CompletionRefused, InvalidInput, NotAuthorized, TaskRefused
 from runtime.events import event_append_txn
 from runtime.models import Operation, Task
+from runtime.reactor import child_ended_txn
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
@@ -90,6 +92,11 @@ def task_complete(actor: Actor, task_id: str, *, if_unresolved: str = "refuse") 
                     "unresolved": [op_id for op_id, _ in unresolved] or None,
                 },
             )
+            if locked.parent_id is not None:
+                # A child's whole consumption lands in its parent's ledger as it ends, in this
+                # transaction, not when the sweeper next passes.
+                child_ended_txn(locked, now=now, actor=actor.label)
+            crash_point("complete.before_commit")
     if refusal is not None:
         # The refusal and its reasons go to the journal so people see why the task is unfinished.
         with transaction.atomic():

@@ -40,6 +40,9 @@ POINTS = frozenset(
         "report.batch_before_commit",  # a batch's acceptance is written, not yet committed
         "report.after_read",  # the general acceptance read the operation, nothing locked yet
         "resolve.before_lock",  # a resolution passed its checks, its transaction not yet begun
+        "rest.after_read",  # a task's rest read the task (under its lock), not yet moved it
+        "attempt.before_commit",  # a new attempt is written under the task lock, uncommitted
+        "complete.before_commit",  # a completion (and a child's settlement) written, uncommitted
     }
 )
 

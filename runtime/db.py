@@ -39,6 +39,19 @@ def db_datetime(value: datetime | str | None) -> datetime | None:
     return value
 
 
+def db_now() -> datetime:
+    """The database's clock (PostgreSQL's ``statement_timestamp()``), for a decision that
+    compares with a time another host wrote (an approval's validity, a lease): two hosts'
+    clocks may disagree, the database's is one. The embedded mode (SQLite) runs on one host,
+    so its process clock is that clock."""
+    if connection.vendor != "postgresql":
+        return datetime.now(UTC)
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement_timestamp()")
+        row = cur.fetchone()
+    return row[0]  # type: ignore[no-any-return,index]
+
+
 # PostgreSQL's answers to contention that a retry of the whole transaction resolves:
 # serialization_failure, deadlock_detected, lock_not_available.
 _CONTENTION_SQLSTATES = {"40001", "40P01", "55P03"}

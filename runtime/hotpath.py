@@ -188,6 +188,14 @@ def _publish_after_commit(
     transaction.on_commit(publish)
 
 
+ATTEMPT_MOVED = "attempt_changed"
+
+
+class AttemptMoved(Exception):
+    """A new attempt of the task committed between the proposal's read of the task and its lock
+    of the task row: nothing was written; the caller proposes again under the new attempt."""
+
+
 class StoppedUnderLock(Exception):
     """The task's stop committed while the statement waited for the task row: the caller rolls
     the whole transaction back and takes the general path, which settles for the stop."""
@@ -202,12 +210,13 @@ class PausedUnderLock(Exception):
 
 # A claim's writes and guards, shared by the one-operation and the batch statements: the
 # operation moves to running under its next lease generation, if it is due, unstopped,
-# unpaused, ungated and in its deadline (``o`` the operation, ``t`` its task).
+# unpaused, ungated and in its deadline (``o`` the operation, ``t`` its task). The lease runs
+# on the database's clock, the one the sweeper's takeover compares with (hosts' clocks differ).
 _CLAIM_SET = f"""
     status = '{S.RUNNING}',
     state_version = o.state_version + 1,
     lease_generation = o.lease_generation + 1,
-    lease_expires_at = %(expires)s,
+    lease_expires_at = statement_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
     lease_token_digest = %(digest)s,
     execution_id = %(execution)s,
     attempts_used = o.attempts_used + 1,
@@ -261,7 +270,7 @@ def claim_txn(
     *,
     execution_id: str,
     executor: str,
-    expires: datetime,
+    lease_seconds: int,
     token_digest: str,
     supported: list[str],
     actor: str,
@@ -279,7 +288,7 @@ def claim_txn(
         "id": operation_id,
         "executor": executor,
         "execution": execution_id,
-        "expires": expires,
+        "lease_seconds": lease_seconds,
         "digest": token_digest,
         "supported": supported,
         "now": now,
@@ -408,18 +417,26 @@ def accept_txn(
 
 # --- proposal ----------------------------------------------------------------------------------
 
+# The proposal binds to the attempt read under the task's lock: ``cur`` locks the task row first
+# (the new operation row is invisible to everyone else, so no lock order is at stake) and, read
+# under that lock, refuses the statement when the current attempt is no longer the one the
+# caller derived the key from (a new attempt committed meanwhile): the caller proposes again.
 _PROPOSE_SQL = f"""
-WITH op AS (
+WITH cur AS (
+  SELECT CASE WHEN t.current_attempt_id = %(attempt_id)s THEN t.current_attempt_id
+    WHEN runtime_refuse('{ATTEMPT_MOVED}') THEN NULL END AS attempt_id
+  FROM runtime_task t WHERE t.id = %(task_id)s FOR NO KEY UPDATE
+), op AS (
   INSERT INTO runtime_operation (
     id, task_id, attempt_id, kind, tool, tool_version, step, intent_version, params, params_hash,
     idempotency_key, executor, status, state_version, lease_generation, lease_token_digest,
     attempts_used, max_attempts, deadline, cancel_requested, estimate, signal, timeout_seconds,
     status_reason, approval_required, created_at, updated_at)
   VALUES (
-    %(id)s, %(task_id)s, %(attempt_id)s, %(kind)s, %(tool)s, %(tool_version)s, %(step)s,
-    %(intent_version)s, %(params)s, %(params_hash)s, %(key)s, %(executor)s, '{S.PENDING}', 1, 0,
-    '', 0, %(max_attempts)s, %(deadline)s, false, %(estimate)s, %(signal)s, %(timeout_seconds)s,
-    '', false, %(now)s, %(now)s)
+    %(id)s, %(task_id)s, (SELECT attempt_id FROM cur), %(kind)s, %(tool)s, %(tool_version)s,
+    %(step)s, %(intent_version)s, %(params)s, %(params_hash)s, %(key)s, %(executor)s,
+    '{S.PENDING}', 1, 0, '', 0, %(max_attempts)s, %(deadline)s, false, %(estimate)s,
+    %(signal)s, %(timeout_seconds)s, '', false, %(now)s, %(now)s)
   ON CONFLICT ON CONSTRAINT operation_key_unique_per_task DO NOTHING
   RETURNING id, task_id, state_version
 ), task AS ({_TASK_TOUCH}
@@ -436,7 +453,8 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     """Insert a new pending operation (built, unsaved, by the caller) with its event and, for
     worker-run work, its outbox row, in one statement, which checks admission on the task row
     it locked (tasks.ADMISSION_REFUSALS) and fails, writing nothing, when the task refuses:
-    TaskRefused. None when an operation with the same key exists already (nothing written: the
+    TaskRefused; AttemptMoved when the task's current attempt is no longer ``op.attempt_id``
+    under the lock. None when an operation with the same key exists already (nothing written: the
     caller compares parameter hashes). Runs inside the caller's transaction, or as its own
     (autocommit); its announcement goes out after that commit."""
     announce = op.executor == Operation.EXECUTOR_WORKER
@@ -477,6 +495,8 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         code = refusal_code(exc)
         if code is None:
             raise
+        if code == ATTEMPT_MOVED:
+            raise AttemptMoved from None
         raise admission_refused(code) from None
     if row is None:
         return None
@@ -591,7 +611,7 @@ def claim_batch_txn(
     *,
     tools: list[str],
     execution_id: str,
-    expires: datetime,
+    lease_seconds: int,
     token_digest: str,
     actor: str,
     now: datetime,
@@ -605,7 +625,7 @@ def claim_batch_txn(
         "ids": operation_ids,
         "tools": tools,
         "execution": execution_id,
-        "expires": expires,
+        "lease_seconds": lease_seconds,
         "digest": token_digest,
         "now": now,
     }

@@ -116,11 +116,27 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     may see but not propose into it (policy.can_propose). The key is namespaced by the task's
     owner (runtime/keys.py); a given key inside another owner's namespace is refused.
     Admission (cancelled, paused, terminal, deadline) is checked under the task's row lock, so
-    it cannot race a cancellation.
+    it cannot race a cancellation; so is the attempt the operation binds to (its key, its
+    ledger): a new attempt committed meanwhile makes the proposal start over under it.
     """
     if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
         return wait_propose(actor, task_id, spec)
     _validate(spec)
+    for _ in range(_ATTEMPT_MOVES):
+        try:
+            return _propose(actor, task_id, spec)
+        except hotpath.AttemptMoved:
+            continue
+    raise RequestInProgress("the task's attempt kept changing while proposing; retry")
+
+
+# How often a proposal starts over because a new attempt committed under it (each time one did).
+_ATTEMPT_MOVES = 3
+
+
+def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation, bool]:
+    """One try of ``operation_propose``; raises hotpath.AttemptMoved when the task's current
+    attempt, read under its lock, is not the one read before it (nothing is written)."""
     task = task_for_proposal(actor, task_id)
     if task is None:
         raise NotFound("no such task")
@@ -192,6 +208,16 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
             with transaction.atomic():
                 # Limits: a tool class at its queue capacity refuses before anything is written.
                 queue_admit_txn(spec.tool)
+                # The attempt is read under the task's lock (taken before the insert: the new
+                # operation row is nobody else's yet, so the lock order is kept).
+                current = (
+                    Task.objects.select_for_update(no_key=True)
+                    .filter(pk=task.pk)
+                    .values_list("current_attempt_id", flat=True)
+                    .get()
+                )
+                if current != op.attempt_id:
+                    raise hotpath.AttemptMoved
                 op.save(force_insert=True)
                 _, row = event_append_txn(
                     task_id=task.pk,

@@ -23,6 +23,7 @@ from runtime.actors import RUNTIME
 from runtime.budgets import child_settle_txn
 from runtime.children import children_live_txn
 from runtime.compensation import saga_next_txn, saga_wanted
+from runtime.crashpoints import crash_point
 from runtime.events import TaskRow
 from runtime.models import Operation, Task
 from runtime.statemachine import operation_transition_txn, task_transition_txn
@@ -53,19 +54,27 @@ def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
     (and no live child) becomes quiescent and terminal; an ended child settles in its parent's
     ledger; an ended task that asked for compensation unwinds. ``actor`` is whoever's change let
     the task come to rest."""
-    task = Task.objects.get(pk=task_id)
+    # Read under the task's lock (a no-op for callers that already hold it): two rests racing,
+    # such as two children's endings both looking at their parent, serialise here and the
+    # second finds the first's result instead of a stale version.
+    task = Task.objects.select_for_update(no_key=True).get(pk=task_id)
+    crash_point("rest.after_read")
     if task.ops_active:
         return
     if task.parent_id is not None and task.condition == TaskCondition.TERMINAL:
-        _child_ended_txn(task, now=now, actor=actor)
+        child_ended_txn(task, now=now, actor=actor)
     if task.cancellation == Cancellation.ACKNOWLEDGED:
         if children_live_txn(task.pk):
             # Structured concurrency: a parent is quiescent only once its children are.
             return
+        # A task's first accepted ending stands: an outcome already set is never replaced.
         task_transition_txn(
             task,
             now=now,
-            fields={"cancellation": Cancellation.QUIESCENT, "outcome": TaskOutcome.CANCELLED},
+            fields={
+                "cancellation": Cancellation.QUIESCENT,
+                "outcome": task.outcome or TaskOutcome.CANCELLED,
+            },
             target_condition=TaskCondition.TERMINAL,
             event_type="task.cancelled",
             actor=actor,
@@ -73,21 +82,32 @@ def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
         )
         task.refresh_from_db()
         if task.parent_id is not None:
-            _child_ended_txn(task, now=now, actor=actor)
+            child_ended_txn(task, now=now, actor=actor)
     if task.condition == TaskCondition.TERMINAL and saga_wanted(task):
         saga_next_txn(task.pk, now=now)
 
 
 def parent_rest(parent_id: str, *, actor: str = RUNTIME) -> None:
     """After a child ended: the parent may now come to rest (its own transaction; ``actor`` is
-    who let the last child come to rest)."""
+    who let the last child come to rest). Idempotent: it takes the locks in the global order
+    (the parent's unsettled operations in ascending id, then its task row) and decides on the
+    task read under them, so two children ending at once bring their parent to rest once, and
+    the second finds nothing left to do instead of a rejected transition."""
     with transaction.atomic():
+        list(
+            Operation.objects.select_for_update(no_key=True)
+            .filter(task_id=parent_id)
+            .exclude(status__in=S.FINAL)
+            .order_by("id")
+            .values_list("pk", flat=True)
+        )
         task_rest_txn(parent_id, now=timezone.now(), actor=actor)
 
 
-def _child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
+def child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
     """A child with nothing active ended: its consumption replaces its allocation's hold in the
-    parent's ledger, and the parent (maybe waiting for it) is looked at after commit."""
+    parent's ledger, and the parent (maybe waiting for it) is looked at after commit.
+    Preconditions: inside the transaction that ended it (or found it ended), under its lock."""
     child_settle_txn(child=task, now=now)
     parent_id = task.parent_id
     if parent_id is None:

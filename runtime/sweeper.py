@@ -26,7 +26,7 @@ _last_reconcile: list[datetime] = []
 def sweep_once() -> dict[str, int]:
     now = timezone.now()
     counts = {
-        "leases_expired": lease_expire_sweep(now),
+        "leases_expired": lease_expire_sweep(),  # on the database's clock, not this host's
         "outbox_republished": outbox_sweep(now),
         "children": children_sweep(now),
         "approvals_expired": approval_expire_sweep(now),

@@ -110,6 +110,9 @@ OPERATION = Machine(
             Edge("approval_granted", S.WAITING_APPROVAL, S.PENDING),
             Edge("approval_denied", S.WAITING_APPROVAL, S.FAILED),
             Edge("approval_expired", S.WAITING_APPROVAL, S.EXPIRED),
+            # At release the approver no longer holds the right: the action waits for a
+            # person's decision again (runtime.approval_gate).
+            Edge("approval_reopened", S.PENDING, S.WAITING_APPROVAL),
             Edge("wait_satisfied", S.WAITING, S.SUCCEEDED),
             Edge("wait_expired", S.WAITING, S.EXPIRED),
             Edge("renewed", S.EXPIRED, S.WAITING_APPROVAL),
@@ -219,6 +222,9 @@ APPROVAL = Machine(
         Edge("renewed", A.EXPIRED, A.PENDING),
         Edge("released", A.APPROVED, A.RELEASED),
         Edge("expired", A.APPROVED, A.EXPIRED),
+        # At release the approver no longer holds the right: the decision is void, the request
+        # waits for another approver (runtime.approval_gate).
+        Edge("reopened", A.APPROVED, A.PENDING),
         # An admin transforms an expired request into a denial instead of renewing it.
         Edge("transformed", A.EXPIRED, A.DENIED),
     ),

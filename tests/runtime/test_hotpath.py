@@ -490,8 +490,6 @@ BIG_CHARGE = {"account": "acct-hot", "amount_cents": 25000}
 def _claim_statement(op: Operation, execution: str) -> Operation | None:
     """The hot path's claim statement alone, in its own transaction (what operation_claim tries
     first)."""
-    from datetime import timedelta
-
     from django.db import transaction
 
     now = timezone.now()
@@ -500,7 +498,7 @@ def _claim_statement(op: Operation, execution: str) -> Operation | None:
             op.pk,
             execution_id=execution,
             executor=op.executor,
-            expires=now + timedelta(seconds=30),
+            lease_seconds=30,
             token_digest="digest",
             supported=[f"{op.tool}:{op.tool_version}"],
             actor=f"execution:{execution}",

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from runtime.db import db_now
 from runtime.errors import NotClaimable
 from runtime.executions import execution_for_agent
 from runtime.leases import Lease, agent_claim, lease_expire_sweep, lease_heartbeat, operation_claim
@@ -23,16 +24,17 @@ def test_a_heartbeat_inside_the_sweepers_window_keeps_its_lease():
     owner = factories.agent()
     task = factories.task(owner)
     op = factories.operation(owner, task, params={"v": 1})
-    t0 = timezone.now()
-    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk, now=t0)
+    lease = operation_claim(op.pk, execution_id=execution_for_agent("w").pk)
     assert isinstance(lease, Lease)
-    late = lease.lease_expires_at + timedelta(seconds=1)
+    # The lease ran out on the database's clock (the clock leases are written and taken on).
+    late = db_now()
+    Operation.objects.filter(pk=op.pk).update(lease_expires_at=late - timedelta(seconds=1))
 
     with gate_at("sweep.after_read", "sweeper") as gate:
-        sweeper, swept = in_thread(lambda: lease_expire_sweep(now=late), "sweeper")
+        sweeper, swept = in_thread(lease_expire_sweep, "sweeper")
         assert gate.reached.wait(30), "the sweeper never read the expired lease"
         # The worker heartbeats now, after the sweeper read the row and before it writes.
-        expires, cancel = lease_heartbeat(op.pk, 1, lease.lease_token, now=late)
+        expires, cancel = lease_heartbeat(op.pk, 1, lease.lease_token)
         assert expires > late and not cancel
         gate.release()
         sweeper.join(30)
