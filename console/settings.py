@@ -209,6 +209,12 @@ else:
 
 # Knobs of API.md.
 LEASE_SECONDS = _env_int("LEASE_SECONDS", 30)
+# Keys of the lease tokens' HMAC (runtime.lease_tokens), comma-separated: the first signs, all
+# verify. Rotate by putting the new key first and dropping the old one once no lease or
+# replayable claim it signed is needed. Empty: derived from SECRET_KEY and its fallbacks.
+LEASE_TOKEN_KEYS = [
+    k.strip() for k in os.environ.get("LEASE_TOKEN_KEYS", "").split(",") if k.strip()
+]
 SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.

@@ -20,6 +20,8 @@ class Actor:
     roles: frozenset[str] = field(default_factory=frozenset)
     # The API token the request came with, if any: a revoked token ends its open streams.
     token_id: str | None = None
+    # Who minted that token (ApiToken.minted_by: an Actor.key, or None when unknown).
+    minted_by: str | None = None
 
     @property
     def label(self) -> str:

@@ -260,6 +260,7 @@ def approval_edit(
             requested_by=old.requested_by,
             requester_key=old.requester_key,
             requested_for_key=old.requested_for_key,
+            requester_minted_by=old.requester_minted_by,
             edited_by=actor.label,
             editor_key=actor.key,
             previous=old,

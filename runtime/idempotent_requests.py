@@ -12,7 +12,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runtime.db import prepared_cursor
-from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress
+from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress, StaleLease
+from runtime.lease_tokens import lease_token_restore
 from runtime.models import IdempotentRequest
 
 # A first request that never finished (its process died before committing) stops blocking its
@@ -122,7 +123,11 @@ def _replay_or_refuse(
     if existing.body_hash != body_hash or existing.path != path or existing.method != method:
         raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
     if existing.status == IdempotentRequest.STATUS_DONE:
-        return Replay(existing.response_status or 200, existing.response_body)
+        # A stored response keeps no secret: its lease tokens are derived again here.
+        body, whole = lease_token_restore(existing.response_body)
+        if not whole:
+            raise StaleLease("the key that signed this claim's lease token was retired")
+        return Replay(existing.response_status or 200, body)
     if timezone.now() - existing.created_at > ABANDONED_AFTER:
         touched = IdempotentRequest.objects.filter(
             pk=existing.pk,
@@ -136,7 +141,9 @@ def _replay_or_refuse(
 
 
 def request_finish_txn(record: IdempotentRequest, status: int, body: Any) -> None:
-    """Store the response inside the transaction that made it, so both commit or neither."""
+    """Store the response inside the transaction that made it, so both commit or neither.
+    Preconditions: ``body`` holds no secret (lease tokens as their placeholders:
+    ``lease_tokens.lease_token_placeholder``)."""
     IdempotentRequest.objects.filter(pk=record.pk).update(
         status=IdempotentRequest.STATUS_DONE,
         response_status=status,

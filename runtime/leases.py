@@ -9,10 +9,8 @@ here updates one operation row and then touches its task through the journal."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import random
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +36,8 @@ from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
 from runtime.events import event_append_txn
+from runtime.lease_tokens import lease_token_digest as _derived_digest
+from runtime.lease_tokens import lease_token_mint
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.reactor import operation_settled_txn
@@ -72,7 +72,7 @@ class Lease:
     lease_expires_at: datetime
     invocation_number: int
     operation: Operation
-    # The claim's secret: shown to the claimant once, stored only as a digest.
+    # The claim's secret: shown to the claimant, kept nowhere (runtime.lease_tokens).
     lease_token: str
 
 
@@ -81,7 +81,8 @@ def lease_seconds() -> int:
 
 
 def lease_token_digest(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    """What fencing compares (a token of a dropped key matches nothing): runtime.lease_tokens."""
+    return _derived_digest(token)
 
 
 def lease_token_matches(op: Operation, token: str) -> bool:
@@ -224,7 +225,7 @@ def _claim_fast_txn(
     operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | None:
     """The common claim as one statement (PostgreSQL); None leaves it to the general path."""
-    token = secrets.token_urlsafe(32)
+    token = lease_token_mint(operation_id, execution_id)
     expires = now + timedelta(seconds=lease_seconds())
     op = hotpath.claim_txn(
         operation_id,
@@ -329,7 +330,7 @@ def _claim_txn(
     generation = op.lease_generation + 1
     number = op.attempts_used + 1
     expires = now + timedelta(seconds=lease_seconds())
-    token = secrets.token_urlsafe(32)
+    token = lease_token_mint(op.pk, execution_id)
     try:
         transitioned = operation_transition_txn(
             op,
@@ -626,7 +627,7 @@ def operations_claim_batch(
     if not operation_ids:
         return Batch([], [])
     now = now or timezone.now()
-    token = secrets.token_urlsafe(32)
+    token = lease_token_mint("", execution_id)  # one token for the whole batch
     expires = now + timedelta(seconds=lease_seconds())
     try:
         with transaction.atomic(durable=True):

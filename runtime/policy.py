@@ -18,13 +18,13 @@ so a refusal never reveals that another agent's task exists.
 | create a child task | the parent's agent |
 | read a task's budget | whoever sees the task |
 | resolve an unresolved operation | support staff, admins (roles read fresh) |
-| approve or deny an action | the tool's approver role (operators), never requester nor editor |
+| approve or deny an action | the tool's approver role (operators), never requester, editor, nor the minter of the requesting token |
 | edit a pending proposal | operators, admins |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
 | use the console | a signed-in person with a console role |
-| manage API tokens | admins (roles read fresh) |
+| manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
 | keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
 """
 
@@ -194,7 +194,8 @@ def can_resolve(actor: Actor) -> None:
 
 def can_decide_approval(actor: Actor, approval: Approval) -> None:
     """For the release gate: a person holding, now, the role the tool's policy names, who is
-    neither the requester (nor the user it acts for) nor the editor of this proposal."""
+    neither the requester (nor the user it acts for, nor the minter of the token it came
+    with) nor the editor of this proposal."""
     refusal = approval_decision_refusal(fresh(actor), approval)
     if refusal is not None:
         raise NotAuthorized(refusal)
@@ -208,6 +209,8 @@ def approval_decision_refusal(actor: Actor, approval: Approval) -> str | None:
         return f"deciding needs the {approval.approver_role} role"
     if actor.key in (approval.requester_key, approval.requested_for_key):
         return "the requester may not approve its own request"
+    if approval.requester_minted_by and actor.key == approval.requester_minted_by:
+        return "the person who minted the requesting token may not approve its request"
     if approval.editor_key and actor.key == approval.editor_key:
         return "the editor of a proposal may not approve it"
     return None
@@ -241,6 +244,25 @@ def can_control_task(actor: Actor, task: Task) -> None:
 def can_manage_tokens(actor: Actor) -> None:
     if not (actor.kind == "user" and ROLE_ADMIN in fresh(actor).roles):
         raise NotAuthorized("only admins manage API tokens")
+
+
+def can_mint_user_token(actor: Actor, user_id: int) -> None:
+    """A token acting as a console user: an admin, for themself only. A token for someone else
+    would let its minter act (and approve) as that person."""
+    can_manage_tokens(actor)
+    if actor.user_id != user_id:
+        raise NotAuthorized("a token may act only as the person who creates it")
+
+
+def can_mint_agent_token(actor: Actor, *, agent_is_new: bool) -> None:
+    """A token acting as an agent: an admin, for a new agent only (its tokens then name the
+    admin as minter, and the admin may not decide that agent's requests). An existing agent's
+    token would let the admin act as that agent; its tokens come from the shell."""
+    can_manage_tokens(actor)
+    if not agent_is_new:
+        raise NotAuthorized(
+            "tokens for an existing agent are issued from the shell (create_agent_token)"
+        )
 
 
 def effects_visible(actor: Actor, key: str) -> None:

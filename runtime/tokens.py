@@ -50,49 +50,74 @@ def _audit_txn(*, actor: str, action: str, token: ApiToken, **detail: Any) -> No
     )
 
 
-def token_issue_for_agent(
-    agent_name: str, token_name: str | None = None, *, issued_by: str = CLI
+def token_issue_txn(
+    *,
+    name: str,
+    created_by: str,
+    minted_by: str,
+    acts_as: str,
+    agent: Agent | None = None,
+    user: Any = None,
 ) -> IssuedToken:
-    """A new token acting as agent ``agent_name`` (created when new); audited.
+    """Create a token acting as ``agent`` or ``user``, recording who minted it (``minted_by``,
+    an Actor.key or CLI), and audit it. Preconditions: inside the caller's transaction, which
+    decided the minter may mint this token (a shell is trusted; a person asks the policy:
+    runtime.token_minting)."""
+    prefix, secret = _new_secret()
+    token = ApiToken.objects.create(
+        name=name[:200],
+        prefix=prefix,
+        digest=_digest(secret),
+        agent=agent,
+        user=user,
+        created_by=created_by,
+        minted_by=minted_by,
+    )
+    _audit_txn(actor=created_by, action="token.issued", token=token, acts_as=acts_as)
+    return IssuedToken(token, secret)
 
-    Preconditions: the caller decided ``issued_by`` may issue tokens (the console asks
-    policy.can_manage_tokens; the shell is trusted)."""
+
+def agent_name_checked(agent_name: str) -> str:
     name = agent_name.strip()
     if not name or len(name) > 200:
         raise InvalidInput("an agent needs a name of 1 to 200 characters")
+    return name
+
+
+def token_issue_for_agent(
+    agent_name: str, token_name: str | None = None, *, issued_by: str = CLI
+) -> IssuedToken:
+    """From a shell: a new token acting as agent ``agent_name`` (created when new), minted by
+    CLI; audited. Preconditions: the caller is the operator at the shell (a person in the
+    console mints through runtime.token_minting)."""
+    name = agent_name_checked(agent_name)
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name)
-        prefix, secret = _new_secret()
-        token = ApiToken.objects.create(
-            name=(token_name or name)[:200],
-            prefix=prefix,
-            digest=_digest(secret),
-            agent=agent,
+        return token_issue_txn(
+            name=token_name or name,
             created_by=issued_by,
+            minted_by=CLI,
+            acts_as=f"agent:{name}",
+            agent=agent,
         )
-        _audit_txn(actor=issued_by, action="token.issued", token=token, acts_as=f"agent:{name}")
-    return IssuedToken(token, secret)
 
 
 def token_issue_for_user(
     username: str, token_name: str | None = None, *, issued_by: str = CLI
 ) -> IssuedToken:
-    """A new token acting as console user ``username`` with that user's role; audited.
-    Preconditions as for ``token_issue_for_agent``."""
+    """From a shell: a new token acting as console user ``username`` with that user's role,
+    minted by CLI; audited. Preconditions as for ``token_issue_for_agent``."""
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}")
     with transaction.atomic():
-        prefix, secret = _new_secret()
-        token = ApiToken.objects.create(
-            name=(token_name or f"{username} script")[:200],
-            prefix=prefix,
-            digest=_digest(secret),
-            user=user,
+        return token_issue_txn(
+            name=token_name or f"{username} script",
             created_by=issued_by,
+            minted_by=CLI,
+            acts_as=f"user:{username}",
+            user=user,
         )
-        _audit_txn(actor=issued_by, action="token.issued", token=token, acts_as=f"user:{username}")
-    return IssuedToken(token, secret)
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,7 @@ class _Presented:
     user_id: int | None
     username: str | None
     user_active: bool
+    minted_by: str | None
 
 
 def _live_token(prefix: str) -> _Presented | None:
@@ -116,7 +142,7 @@ def _live_token(prefix: str) -> _Presented | None:
     # Table and column names come from the models; the prefix is a bound parameter.
     sql = (
         f"SELECT t.id, t.digest, t.last_used_at, t.agent_id, a.name, t.user_id, u.{username}, "  # noqa: S608
-        f"u.is_active FROM {ApiToken._meta.db_table} t "
+        f"u.is_active, t.minted_by FROM {ApiToken._meta.db_table} t "
         f"LEFT JOIN {Agent._meta.db_table} a ON a.id = t.agent_id "
         f"LEFT JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id "
         "WHERE t.prefix = %s AND t.revoked_at IS NULL"
@@ -127,7 +153,7 @@ def _live_token(prefix: str) -> _Presented | None:
     if row is None:
         return None
     return _Presented(
-        row[0], row[1], db_datetime(row[2]), row[3], row[4], row[5], row[6], bool(row[7])
+        row[0], row[1], db_datetime(row[2]), row[3], row[4], row[5], row[6], bool(row[7]), row[8]
     )
 
 
@@ -156,10 +182,11 @@ def token_authenticate(raw: str, *, address: str | None = None) -> Actor:
         # Coarse on purpose: one write a minute per token, not one per request.
         ApiToken.objects.filter(pk=token.id).update(last_used_at=now)
     if token.agent_id is not None:
-        return replace(actor_for_agent(token.agent_id, token.agent_name or ""), token_id=token.id)
+        agent = actor_for_agent(token.agent_id, token.agent_name or "")
+        return replace(agent, token_id=token.id, minted_by=token.minted_by)
     assert token.user_id is not None
     actor = actor_for_user(token.user_id, token.username or "")
-    return replace(actor, token_id=token.id)
+    return replace(actor, token_id=token.id, minted_by=token.minted_by)
 
 
 def token_is_live(token_id: str) -> bool:

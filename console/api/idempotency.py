@@ -28,6 +28,7 @@ from runtime.idempotent_requests import (
     request_in_one_commit,
     request_record_txn,
 )
+from runtime.lease_tokens import lease_token_placeholder
 from runtime.models import IdempotentRequest
 
 Handler = Callable[..., Response]
@@ -53,6 +54,12 @@ def _body_hash(request: Request) -> str:
     except TypeError:
         text = repr(data)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _storable(response: Response) -> Any:
+    """The response body as stored for replays: a lease token becomes its placeholder (the
+    replay derives it again), so the record holds no secret."""
+    return json.loads(JSONRenderer().render(lease_token_placeholder(response.data)) or b"null")
 
 
 def idempotent(handler: Handler | None = None, *, atomic: bool = True) -> Any:
@@ -106,7 +113,7 @@ def _wrap(handler: Handler, *, atomic: bool) -> Handler:
                     refusal = exc
                 else:
                     if begun is not None and 200 <= response.status_code < 300:
-                        body = json.loads(JSONRenderer().render(response.data) or b"null")
+                        body = _storable(response)
                         with transaction.atomic():
                             request_finish_txn(begun, response.status_code, body)
         except BaseException:
@@ -151,7 +158,7 @@ def _in_one_commit(
             refusal = exc
         else:
             if 200 <= response.status_code < 300:
-                body = json.loads(JSONRenderer().render(response.data) or b"null")
+                body = _storable(response)
                 request_record_txn(claimed, status=response.status_code, body=body, **identity)
     if refusal is not None:
         raise refusal

@@ -1,6 +1,7 @@
 """API token management for admins (/tokens/): create (shown once), list, revoke. The right is
-policy.can_manage_tokens, asked here and before each change; the changes are audited by the
-token services."""
+policy.can_manage_tokens, asked here and before each change; a token acts only as the admin
+who mints it or as a new agent (policy.can_mint_*); the changes are audited by the token
+services."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.web.views import console_view
-from runtime import policy, tokens
+from runtime import policy, token_minting, tokens
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
 from runtime.models import ApiToken
@@ -34,10 +35,11 @@ def token_page(request: HttpRequest, actor: Actor) -> HttpResponse:
     kind = request.POST.get("kind", "")
     subject = request.POST.get("subject", "").strip()
     name = request.POST.get("name", "").strip() or None
+    # A person mints only for themself or for a new agent (the services ask the policy).
     if kind == "agent":
-        issued = tokens.token_issue_for_agent(subject, name, issued_by=actor.label)
+        issued = token_minting.token_mint_for_agent(actor, subject, name)
     elif kind == "user":
-        issued = tokens.token_issue_for_user(subject, name, issued_by=actor.label)
+        issued = token_minting.token_mint_for_user(actor, subject, name)
     else:
         raise InvalidInput("kind must be agent or user")
     return _page(request, issued)

@@ -46,6 +46,9 @@ class Approval(models.Model):
     requester_key = models.CharField(max_length=100)
     # The console user the requesting agent acts for (the task's creator), if any.
     requested_for_key = models.CharField(max_length=100, blank=True, default="")
+    # Who minted the API token the request came with (ApiToken.minted_by), if any: that person
+    # could have made the request, so may not decide it.
+    requester_minted_by = models.CharField(max_length=100, blank=True, default="")
     edited_by = models.CharField(max_length=200, blank=True, default="")
     editor_key = models.CharField(max_length=100, blank=True, default="")
     previous = models.ForeignKey(

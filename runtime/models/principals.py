@@ -40,6 +40,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Who issued or revoked it (an admin's actor label, or "system:cli" for the shell).
     created_by = models.CharField(max_length=200, default="system:cli")
+    # Who minted it, as an identity (Actor.key: "user:<id>", or "system:cli"): approvals refuse
+    # the minter of the requesting token. NULL for tokens minted before this was recorded.
+    minted_by = models.CharField(max_length=100, null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True, default="")

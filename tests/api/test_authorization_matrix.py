@@ -146,6 +146,15 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip
 
+# Minting on /tokens/, by target (POST /tokens/ above mints for a new agent): a token acts only
+# as its minter or as a new agent, never as another person or an existing agent.
+MINTS: dict[str, tuple[Any, ...]] = {
+    "themself": (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    "other_user": (LOGIN, LOGIN, LOGIN, 403, 403, 403, LOGIN, LOGIN, LOGIN),
+    "existing_agent": (LOGIN, LOGIN, LOGIN, 403, 403, 403, LOGIN, LOGIN, LOGIN),
+    "new_agent": (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+}  # fmt: skip
+
 # What each request carries (the minimum a caller with the right needs to succeed).
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "api/v1/tasks"): {"name": "matrix"},
@@ -407,6 +416,49 @@ class TestHttpCells:
                 assert set(response.json()) == {"error"}
         if _is_refusal(expected):
             assert _snapshot() == before, "a refused request changed something"
+
+
+def _mint_subject(target: str, principal: str, w: World) -> tuple[str, str]:
+    """The form's (kind, subject) for minting ``target`` as ``principal``."""
+    me = w.principals[principal]
+    mine = me.actor.name if me is not None and me.actor.kind == "user" else "nobody"
+    if target == "themself":
+        return "user", mine
+    if target == "other_user":
+        other = "admin" if mine != w.principals["admin"].actor.name else "operator"
+        return "user", w.principals[other].actor.name
+    if target == "existing_agent":
+        return "agent", w.principals["owner_agent"].actor.name
+    return "agent", "matrix-new-agent"
+
+
+def _mint_cells() -> list[Any]:
+    return [
+        pytest.param(target, name, cells[i], id=f"mint for {target} as {name}")
+        for target, cells in MINTS.items()
+        for i, name in enumerate(PRINCIPALS)
+    ]
+
+
+class TestMintCells:
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(("target", "principal", "expected"), _mint_cells())
+    def test_mint_cell(self, shared_world, target, principal, expected):
+        kind, subject = _mint_subject(target, principal, shared_world)
+        client = _client(principal, shared_world)
+        before = _snapshot()
+        response = client.post(
+            "/tokens/", {"kind": kind, "subject": subject, "name": "m"}, format="multipart"
+        )
+        if expected == LOGIN:
+            assert response.status_code == 302 and response["Location"].startswith("/login/")
+        else:
+            assert response.status_code == expected, (response.status_code, response.content[:300])
+        if _is_refusal(expected):
+            assert _snapshot() == before, "a refused mint changed something"
+        else:
+            minted = ApiToken.objects.get(name="m")
+            assert minted.minted_by == shared_world.principals[principal].actor.key
 
 
 def _ws_cells() -> list[Any]:

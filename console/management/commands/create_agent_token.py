@@ -11,7 +11,8 @@ from runtime.tokens import token_issue_for_agent, token_issue_for_user
 class Command(BaseCommand):
     help = (
         "Create an API token for an agent (or, with --user, one acting as that console user). "
-        "The token is the last line printed; only its digest is stored."
+        "The token is the last line printed; only its digest is stored. The operator at the "
+        "shell may mint for any agent or user; the token records system:cli as its minter."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

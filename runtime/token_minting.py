@@ -1,0 +1,60 @@
+"""Tokens a person mints in the console (/tokens/). A token acts as whoever it names, so a
+person may mint one only for themself or for a NEW agent (created here): a token acting as
+another person or as an existing agent would let its minter act, and approve, as them. Every
+token records its minter (``ApiToken.minted_by``), and an approval requested through it may
+not be decided by that minter (runtime.policy.approval_decision_refusal). The shell's
+``create_agent_token`` stays free to mint for anyone (runtime.tokens, minted by CLI)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+from runtime import policy
+from runtime.actors import Actor
+from runtime.errors import InvalidInput
+from runtime.models import Agent
+from runtime.tokens import IssuedToken, agent_name_checked, token_issue_txn
+
+
+def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None) -> IssuedToken:
+    """A token acting as a new agent ``agent_name``, created with it; NotAuthorized when an
+    agent of that name exists (or the minter may not manage tokens), and nothing is created.
+
+    Preconditions: ``minter`` is the authenticated caller."""
+    policy.can_manage_tokens(minter)
+    name = agent_name_checked(agent_name)
+    with transaction.atomic():
+        # The name's unique constraint decides between concurrent mints: only the one that
+        # created the agent gets a token.
+        try:
+            with transaction.atomic():
+                agent, created = Agent.objects.get_or_create(name=name)
+        except IntegrityError:
+            agent, created = None, False
+        policy.can_mint_agent_token(minter, agent_is_new=created)
+        return token_issue_txn(
+            name=token_name or name,
+            created_by=minter.label,
+            minted_by=minter.key,
+            acts_as=f"agent:{name}",
+            agent=agent,
+        )
+
+
+def token_mint_for_user(minter: Actor, username: str, token_name: str | None) -> IssuedToken:
+    """A token acting as ``minter`` themself (``username`` must be theirs); NotAuthorized for
+    anyone else, and nothing is created. Preconditions as for ``token_mint_for_agent``."""
+    policy.can_manage_tokens(minter)
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise InvalidInput(f"no user named {username!r}")
+    policy.can_mint_user_token(minter, user.pk)
+    with transaction.atomic():
+        return token_issue_txn(
+            name=token_name or f"{username} script",
+            created_by=minter.label,
+            minted_by=minter.key,
+            acts_as=f"user:{username}",
+            user=user,
+        )
