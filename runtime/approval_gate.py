@@ -52,7 +52,6 @@ def approval_request_txn(
         requester_key=actor.key,
         requested_for_key=f"user:{creator}" if creator is not None else "",
         requester_minted_by=actor.minted_by or "",
-        requester_minted_by=actor.minted_by or "",
         # An approval never outlives its task's deadline.
         expires_at=within_task_deadline(now + timedelta(seconds=seconds), task.deadline),
         created_at=now,
