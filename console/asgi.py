@@ -78,21 +78,34 @@ class SameOriginValidator(OriginValidator):
         super().__init__(application, [])
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        origin: ParseResult | None = None
-        host: ParseResult | None = None
-        for name, value in scope.get("headers", []):
-            if name == b"origin":
-                origin = urlparse(value.decode("latin1"))
-            elif name == b"host":
-                host = urlparse("//" + value.decode("latin1"))
-        port = _served_port(scope, host)
-        patterns = allowed_origins(port)
-        ok = origin is not None and any(self.match_allowed_origin(origin, p) for p in patterns)
-        if not ok and origin is not None and "*" in settings.ALLOWED_HOSTS:
-            ok = origin.scheme in ("http", "https") and self.get_origin_port(origin) == port
-        if ok:
+        if self._same_origin(scope):
             return await self.application(scope, receive, send)
         return await WebsocketDenier()(scope, receive, send)
+
+    def _same_origin(self, scope: dict[str, Any]) -> bool:
+        try:
+            origin: ParseResult | None = None
+            host: ParseResult | None = None
+            for name, value in scope.get("headers", []):
+                if name == b"origin":
+                    origin = urlparse(value.decode("latin1"))
+                elif name == b"host":
+                    host = urlparse("//" + value.decode("latin1"))
+            if origin is None:
+                return False
+            port = _served_port(scope, host)
+            if any(self.match_allowed_origin(origin, p) for p in allowed_origins(port)):
+                return True
+            return (
+                "*" in settings.ALLOWED_HOSTS
+                and origin.scheme in ("http", "https")
+                and self.get_origin_port(origin) == port
+            )
+        except ValueError:
+            # urllib raises on a port out of range or not a number (":99999",
+            # ":8400.evil.example") and on a broken IPv6 literal: such an Origin or Host is
+            # refused like a foreign one instead of failing the handshake with a 500.
+            return False
 
 
 application = ProtocolTypeRouter(

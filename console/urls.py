@@ -1,12 +1,12 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from console.api.public import DocsView, SchemaView
 from console.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/docs/", DocsView.as_view(url_name="schema"), name="docs"),
     path("api/v1/", include("console.api.urls")),
     path("", include("console.web.urls")),
 ]
