@@ -17,7 +17,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runtime import hotpath
@@ -34,6 +35,7 @@ from runtime.budgets import (
 )
 from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
+from runtime.db import db_datetime
 from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
 from runtime.events import event_append_txn
 from runtime.lease_tokens import lease_token_digest as _derived_digest
@@ -226,12 +228,11 @@ def _claim_fast_txn(
 ) -> Lease | None:
     """The common claim as one statement (PostgreSQL); None leaves it to the general path."""
     token = lease_token_mint(operation_id, execution_id)
-    expires = now + timedelta(seconds=lease_seconds())
     op = hotpath.claim_txn(
         operation_id,
         execution_id=execution_id,
         executor=executor,
-        expires=expires,
+        lease_seconds=lease_seconds(),
         token_digest=lease_token_digest(token),
         supported=_supported_tools() if executor == Operation.EXECUTOR_WORKER else [],
         actor=actor,
@@ -239,7 +240,34 @@ def _claim_fast_txn(
     )
     if op is None:
         return None
-    return Lease(op.pk, op.lease_generation, op.state_version, expires, op.attempts_used, op, token)
+    return Lease(
+        op.pk, op.lease_generation, op.state_version, _expiry(op), op.attempts_used, op, token
+    )
+
+
+def _expiry(op: Operation) -> datetime:
+    """The expiry a claim statement wrote on the database's clock (returned with the row)."""
+    assert op.lease_expires_at is not None
+    return op.lease_expires_at
+
+
+def _lease_end(now: datetime) -> tuple[Any, datetime | None]:
+    """What a claim writes as its lease's expiry: on PostgreSQL the database's clock plus the
+    lease (an expression; the caller reads the value back), so the sweeper's takeover, which
+    compares with that clock too, never weighs one host's clock against another's. The
+    embedded mode (SQLite) runs on one host, whose process clock is its one clock."""
+    length = timedelta(seconds=lease_seconds())
+    if connection.vendor != "postgresql":
+        return now + length, now + length
+    return ExpressionWrapper(Now() + length, output_field=DateTimeField()), None
+
+
+def lease_clock(now: datetime | None) -> Any:
+    """What a takeover compares a lease's expiry with: the database's clock (PostgreSQL), the
+    process clock in the embedded mode; an explicit ``now`` stands for that clock (tests)."""
+    if now is not None:
+        return now
+    return Now() if connection.vendor == "postgresql" else timezone.now()
 
 
 def _settle_or_refuse(
@@ -321,15 +349,17 @@ def _claim_txn(
         )
         if not list(held.values_list("pk", flat=True)):
             return Refusal("another claimant won")
-        missing = approval_release_txn(op, now=now)
+        refused = approval_release_txn(op, now=now, actor=actor)
         crash_point("claim.approval_released")
-        if missing is not None:
+        if refused is not None and refused.returned:
+            return Refusal(refused.reason)  # back with a person: expired, or reopened
+        if refused is not None:
             return _settle_or_refuse(
-                op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=missing
+                op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=refused.reason
             )
     generation = op.lease_generation + 1
     number = op.attempts_used + 1
-    expires = now + timedelta(seconds=lease_seconds())
+    lease_end, expires = _lease_end(now)
     token = lease_token_mint(op.pk, execution_id)
     try:
         transitioned = operation_transition_txn(
@@ -338,7 +368,7 @@ def _claim_txn(
             now=now,
             fields={
                 "lease_generation": F("lease_generation") + 1,
-                "lease_expires_at": expires,
+                "lease_expires_at": lease_end,
                 "lease_token_digest": lease_token_digest(token),
                 "execution_id": execution_id,
                 "attempts_used": F("attempts_used") + 1,
@@ -367,6 +397,10 @@ def _claim_txn(
         started_at=now,
     )
     outbox_consume_txn(op.pk)
+    if expires is None:  # written on the database's clock: read it back
+        expires = Operation.objects.values_list("lease_expires_at", flat=True).get(pk=op.pk)
+        op.lease_expires_at = expires
+    assert expires is not None
     return Lease(op.pk, generation, op.state_version, expires, number, op, token)
 
 
@@ -432,13 +466,16 @@ def lease_heartbeat(
     A heartbeat that commits before the sweeper's takeover keeps the lease: the takeover
     re-checks the expiry in its own statement."""
     now = now or timezone.now()
-    expires = now + timedelta(seconds=lease_seconds())
+    postgres = connection.vendor == "postgresql"
     with connection.cursor() as cur:
         # One statement: extend under the claim and read the stop flags in the same breath.
+        # On PostgreSQL the expiry is the database's clock plus the lease, never the caller's
+        # ``now`` (a worker's clock, maybe skewed against the sweeper's host).
         cur.execute(
-            _HEARTBEAT_SQL,
+            _HEARTBEAT_SQL_PG if postgres else _HEARTBEAT_SQL,
             {
-                "expires": expires,
+                "expires": now + timedelta(seconds=lease_seconds()),
+                "seconds": lease_seconds(),
                 "id": operation_id,
                 "generation": lease_generation,
                 "digest": lease_token_digest(lease_token),
@@ -453,7 +490,9 @@ def lease_heartbeat(
             detail={},
         )
         raise StaleLease("the lease is not the current one", operation=operation_id)
-    cancel_requested, cancellation, condition = row
+    cancel_requested, cancellation, condition, expires = row
+    expires = db_datetime(expires)
+    assert expires is not None
     return expires, bool(cancel_requested) or stopping(cancellation, condition)
 
 
@@ -463,8 +502,12 @@ WHERE id = %(id)s AND status = '{S.RUNNING}' AND lease_generation = %(generation
   AND lease_token_digest = %(digest)s
 RETURNING cancel_requested,
   (SELECT cancellation FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
-  (SELECT condition FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id)
+  (SELECT condition FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
+  lease_expires_at
 """  # noqa: S608 (constants only)
+_HEARTBEAT_SQL_PG = _HEARTBEAT_SQL.replace(
+    "%(expires)s", "statement_timestamp() + make_interval(secs => %(seconds)s)"
+)
 
 
 def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
@@ -477,9 +520,10 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
     Locks: the operation row, then its task's (the global order); the target is decided from
     the task read under its lock, so a stop that committed first is seen, and one still under
     way waits for the takeover and then settles what it left (runtime.stoprule)."""
+    clock = lease_clock(now)  # leases run on the database's clock
     now = now or timezone.now()
     expired_ids = list(
-        Operation.objects.filter(status=S.RUNNING, lease_expires_at__lt=now)
+        Operation.objects.filter(status=S.RUNNING, lease_expires_at__lt=clock)
         .order_by("lease_expires_at")
         .values_list("pk", flat=True)[:batch]
     )
@@ -489,7 +533,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
         with transaction.atomic():
             op = (
                 Operation.objects.select_for_update()
-                .filter(pk=op_id, status=S.RUNNING, lease_expires_at__lt=now)
+                .filter(pk=op_id, status=S.RUNNING, lease_expires_at__lt=clock)
                 .first()
             )
             if op is None:
@@ -505,7 +549,7 @@ def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                     actor=SWEEPER,
                     fields={"lease_expires_at": None, "status_reason": reason},
                     lease_generation=generation,
-                    where={"lease_expires_at__lt": now},
+                    where={"lease_expires_at__lt": clock},
                     data={"lease_generation": generation, "reason": reason},
                     event_type="operation.lease_expired",
                 )
@@ -628,14 +672,13 @@ def operations_claim_batch(
         return Batch([], [])
     now = now or timezone.now()
     token = lease_token_mint("", execution_id)  # one token for the whole batch
-    expires = now + timedelta(seconds=lease_seconds())
     try:
         with transaction.atomic(durable=True):
             ops = hotpath.claim_batch_txn(
                 operation_ids,
                 tools=tools,
                 execution_id=execution_id,
-                expires=expires,
+                lease_seconds=lease_seconds(),
                 token_digest=lease_token_digest(token),
                 actor=execution_actor(execution_id),
                 now=now,
@@ -647,7 +690,13 @@ def operations_claim_batch(
     return Batch(
         [
             Lease(
-                op.pk, op.lease_generation, op.state_version, expires, op.attempts_used, op, token
+                op.pk,
+                op.lease_generation,
+                op.state_version,
+                _expiry(op),
+                op.attempts_used,
+                op,
+                token,
             )
             for op in ops
         ],
