@@ -31,6 +31,7 @@ from runtime.leases import (
 )
 from runtime.models import Operation
 from runtime.operations import Report, operation_report, operations_report_batch
+from runtime.publish import DRAIN_QUEUE, publish
 from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
 
@@ -160,10 +161,8 @@ def _drain_batch(ids: list[str], tools: list[str], execution_id: str) -> int:
 
 
 def _drain_again(queue: str) -> None:
-    from runtime.worker import drain_queue
-
     try:
-        drain_queue.apply_async(args=(queue,), queue=queue)
+        publish(DRAIN_QUEUE, queue, queue=queue)
     except Exception:
         # Nothing is lost: the announcements stay for the sweeper.
         log.warning("could not hand %s's backlog on", queue, exc_info=True)

@@ -13,7 +13,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runtime.models import OutboxMessage
+from runtime.admission import tool_class_of
+from runtime.models import Operation, OutboxMessage
+from runtime.publish import EXECUTE_OPERATION, publish
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +49,6 @@ def queues_for(operation_ids: list[str]) -> dict[str, str]:
     the rest go to the default queue. One query, and none when no class has a queue."""
     if not settings.TOOL_QUEUES or not operation_ids:
         return {}
-    from runtime.admission import tool_class_of
-    from runtime.models import Operation
-
     tools = Operation.objects.filter(pk__in=operation_ids).values_list("pk", "tool")
     routed = {pk: settings.TOOL_QUEUES.get(tool_class_of(tool)) for pk, tool in tools}
     return {pk: queue for pk, queue in routed.items() if queue}
@@ -57,8 +56,6 @@ def queues_for(operation_ids: list[str]) -> dict[str, str]:
 
 def outbox_publish(messages: list[OutboxMessage]) -> int:
     """Hand committed rows to the broker. A failure leaves the row for the sweeper."""
-    from runtime.worker import execute_operation
-
     sent = 0
     now = timezone.now()
     routes = queues_for([m.operation_id for m in messages if m.operation_id])
@@ -69,8 +66,12 @@ def outbox_publish(messages: list[OutboxMessage]) -> int:
         # None: the default queue (task_default_queue).
         queue: Any = routes.get(message.operation_id or "")
         try:
-            execute_operation.apply_async(
-                args=(message.operation_id, message.pk), countdown=max(0.0, delay), queue=queue
+            publish(
+                EXECUTE_OPERATION,
+                message.operation_id,
+                message.pk,
+                countdown=max(0.0, delay),
+                queue=queue,
             )
             sent += 1
         except Exception:

@@ -34,11 +34,11 @@ from runtime.keys import key_step
 from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
+from runtime.publish import WAKE_WAIT, publish
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tasks import task_admission_check, task_renewal_txn, within_task_deadline
 from runtime.text import name_check
 from runtime.transitions import ApprovalStatus, OperationStatus
-from runtime.worker import wake_wait
 
 if TYPE_CHECKING:
     from runtime.operations import OperationSpec
@@ -210,7 +210,7 @@ def wait_hint(operation_id: str, seconds: float) -> None:
     if seconds > _HINT_LIMIT_SECONDS:
         return
     try:
-        wake_wait.apply_async(args=(operation_id,), countdown=max(0.0, seconds))
+        publish(WAKE_WAIT, operation_id, countdown=max(0.0, seconds))
     except Exception:
         log.debug("wait hint for %s not sent; the sweeper will wake it", operation_id)
 
