@@ -1,5 +1,7 @@
-"""Celery tasks. Thin: each delegates to a runtime service. Retrying is owned by the runtime
-(operation_report schedules retries through the outbox), so Celery's autoretry is never used."""
+"""Celery tasks. Thin: each delegates to a runtime service. The top of the runtime's layers: it
+imports the services and nothing in the runtime imports it (work is published by task name,
+runtime.publish). Retrying is owned by the runtime (operation_report
+schedules retries through the outbox), so Celery's autoretry is never used."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from celery.signals import (
     worker_process_init,
     worker_process_shutdown,
 )
+from django.conf import settings
 from django.db import close_old_connections, connections
+
+from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
+from runtime.executor import operation_execute, queue_drain
+from runtime.waits import wait_wake
 
 log = logging.getLogger(__name__)
 _heartbeat_stop = threading.Event()
@@ -26,8 +33,6 @@ def _child_started(**_: Any) -> None:
     # Connections inherited across fork break (celery #5483): every child opens its own.
     for conn in connections.all(initialized_only=True):
         conn.close()
-    from runtime.executions import execution_current, heartbeat_thread_start
-
     try:
         execution_id = execution_current(label="celery")
         heartbeat_thread_start(execution_id, _heartbeat_stop)
@@ -63,8 +68,6 @@ def _task_ended(**_: Any) -> None:
 @worker_process_shutdown.connect
 def _child_stopping(**_: Any) -> None:
     _heartbeat_stop.set()
-    from runtime.executions import execution_current_stop
-
     try:
         execution_current_stop()
     except Exception:
@@ -73,8 +76,6 @@ def _child_stopping(**_: Any) -> None:
 
 @shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True, bind=True)
 def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None) -> str:
-    from runtime.executor import operation_execute
-
     outcome = operation_execute(operation_id)
     if not self.request.called_directly:
         _drain_delivered_queue(self.request)
@@ -85,17 +86,11 @@ def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None
 def drain_queue(queue: str) -> int:
     """A drainer's next turn on a queue it left with work due, or a helper it asked for
     (runtime.executor.queue_drain)."""
-    from runtime.executor import queue_drain
-
     return queue_drain(queue, asked=True)
 
 
 def _drain_delivered_queue(request: Any) -> None:
     """After a delivery, a backlog of quick calls on its queue is drained in batches."""
-    from django.conf import settings
-
-    from runtime.executor import queue_drain
-
     queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
     try:
         queue_drain(queue)
@@ -106,6 +101,4 @@ def _drain_delivered_queue(request: Any) -> None:
 
 @shared_task(name="runtime.wake_wait", ignore_result=True, acks_late=True)
 def wake_wait(operation_id: str) -> str:
-    from runtime.waits import wait_wake
-
     return wait_wake(operation_id)
