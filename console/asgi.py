@@ -4,15 +4,24 @@ origin check on scheme, host and port (console.asgi.SameOriginValidator)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import ParseResult, urlparse
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
+import io
+import tempfile
+from dataclasses import replace
+
 import django
 from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import set_script_prefix
 
 
 class SyncChainASGIHandler(ASGIHandler):
@@ -34,14 +43,118 @@ class SyncChainASGIHandler(ASGIHandler):
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
+    # A body is read only once the head has said who sends it, and only up to its route's
+    # limit (console.edge); Django's own handler reads any body whole, to disk, first.
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = edge.framing(scope)
+        if body is None:
+            await super().handle(scope, receive, send)
+            return
+        admission, needs_principal = edge.route_admission(scope, body)
+        if needs_principal:
+            admission = await sync_to_async(edge.admit, thread_sensitive=True)(scope, admission)
+        if not admission.refused:
+            try:
+                # Django's handler, reading through read_body below, then create_request.
+                capped = _Capped(receive, admission.limit)
+                await super().handle({**scope, _ADMISSION: admission}, capped, send)
+                return
+            except _BodyTooLarge:
+                answer = edge.too_large(admission.upload, admission.limit)
+                admission = replace(admission, refused=True, answer=answer)
+        await self._answer_unread(scope, admission, send)
+
+    async def read_body(self, receive: Any) -> Any:
+        """Django's read_body, stopping as soon as the body passes its route's limit."""
+        limit = receive.limit if isinstance(receive, _Capped) else None
+        body_file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (Django closes it)
+            max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b"
+        )
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestAborted()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise _BodyTooLarge()
+                body_file.write(chunk)
+                if not message.get("more_body", False):
+                    break
+        except BaseException:
+            body_file.close()
+            raise
+        body_file.seek(0)
+        return body_file
+
+    def create_request(self, scope: Mapping[str, Any], body_file: Any) -> Any:
+        admission = scope.get(_ADMISSION)
+        if admission is None:
+            return super().create_request(scope, body_file)
+        # The body is whole now: its length is known even when it came chunked (Django's and
+        # DRF's parsers read no body without a Content-Length).
+        size = body_file.seek(0, io.SEEK_END)
+        body_file.seek(0)
+        request, error = super().create_request(_with_length(scope, size), body_file)
+        if request is not None:
+            edge.hand_over(request, admission)
+        return request, error
+
+    async def _answer_unread(
+        self, scope: dict[str, Any], admission: edge.Admission, send: Any
+    ) -> None:
+        """The answer decided from the head, through the middleware chain (its headers), the
+        body left unread; the connection closes after it, so the client stops sending."""
+        set_script_prefix(get_script_prefix(scope))
+        await signals.request_started.asend(sender=self.__class__, scope=scope)
+        request, response = super().create_request(_with_length(scope, 0), io.BytesIO())
+        if request is not None:
+            if admission.answer is not None:
+                request.edge_answer = admission.answer  # type: ignore[attr-defined]
+            response = await self.run_get_response(request)
+        assert isinstance(response, HttpResponse | HttpResponseBase)
+        response["Connection"] = "close"
+        await self.send_response(response, send)
+        await sync_to_async(response.close)()
+
+
+class _BodyTooLarge(Exception):
+    """The body passed its route's limit while it arrived."""
+
+
+class _Capped:
+    """The server's receive, carrying the body limit to read_body (Django passes only it)."""
+
+    def __init__(self, receive: Any, limit: int | None) -> None:
+        self.receive = receive
+        self.limit = limit
+
+    async def __call__(self) -> Any:
+        return await self.receive()
+
+
+_ADMISSION = "console.admission"  # the scope key for what console.edge decided
+
+
+def _with_length(scope: Mapping[str, Any], size: int) -> dict[str, Any]:
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")
+    ]
+    return {**scope, "headers": [*headers, (b"content-length", str(size).encode())]}
+
 
 django.setup(set_prefix=False)
+
+from console import edge  # noqa: E402
+
 django_asgi_app = SyncChainASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator, WebsocketDenier  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from console.web.routing import websocket_urlpatterns  # noqa: E402
 

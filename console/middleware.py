@@ -53,6 +53,11 @@ class InputEdgeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        # console.asgi answered from the head alone (console.edge), the body unread: that answer,
+        # with the headers the rest of the chain gives every response.
+        early = getattr(request, "edge_answer", None)
+        if early is not None:
+            return early(request)  # type: ignore[no-any-return]
         if text_problem(request.path):
             # No id or route contains one: such a path names nothing, as any unknown path.
             return refusal(request, 404, "not_found", "not found")
