@@ -49,9 +49,11 @@ from runtime.drainers import call_quick, drain_announce, queue_of
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
+from runtime.plants import planted
 from runtime.statemachine import status_deltas
+from runtime.stoprule import not_stopping_sql, stopping
 from runtime.tasks import admission_refusal_sql, admission_refused
-from runtime.transitions import OPERATION, Cancellation, OperationStatus, TaskCondition
+from runtime.transitions import OPERATION, OperationStatus
 
 S = OperationStatus
 
@@ -146,7 +148,7 @@ def _task_row(values: tuple[Any, ...]) -> TaskRow:
 
 
 def _stopping(task: TaskRow) -> bool:
-    return task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL
+    return stopping(task.cancellation, task.condition)
 
 
 def _hint_after_commit(task: TaskRow, event_type: str) -> None:
@@ -229,27 +231,33 @@ _CLAIM_GUARDS = f"""{_unindexed(f"o.status IN {_in(CLAIM_SOURCES)}")}
     AND {_unindexed("o.compensates_id IS NULL")}
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
     AND o.attempts_used < o.max_attempts
-    AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}'
+    AND {not_stopping_sql("t")}
     AND NOT o.approval_required AND NOT t.paused
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)"""
 
 _CLAIM_SQL = f"""
-WITH op AS (
+WITH prev AS (
+  -- The status the claim leaves, for the journal's "from" (as the general path writes it):
+  -- read under the row's lock, so it is the version the UPDATE below replaces.
+  SELECT id, status FROM runtime_operation WHERE id = %(id)s FOR UPDATE
+), op AS (
   UPDATE runtime_operation o SET
 {_CLAIM_SET}
-  FROM runtime_task t
-  WHERE o.id = %(id)s AND t.id = o.task_id
+  FROM runtime_task t, prev
+  WHERE o.id = prev.id AND t.id = o.task_id
     AND o.executor = %(executor)s
     AND {_CLAIM_GUARDS}
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
     AND (o.attempts_used = 0 OR t.budget = '{{}}'::jsonb)
-  RETURNING {", ".join("o." + c for c in _OP_NAMES)}, t.budget AS task_budget
+  RETURNING {", ".join("o." + c for c in _OP_NAMES)}, t.budget AS task_budget,
+    prev.status AS from_status
 ), task AS ({_TASK_TOUCH}
 ), ev AS (
   INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
   SELECT task.id, task.event_seq, %(event_type)s, %(now)s, op.state_version, op.id, %(actor)s,
     %(event_data)s::jsonb || jsonb_build_object(
-      'lease_generation', op.lease_generation, 'attempt', op.attempts_used,
+      'from', op.from_status, 'lease_generation', op.lease_generation,
+      'attempt', op.attempts_used,
       'task_condition', task.condition, 'task_state_version', task.state_version)
   FROM op, task
 ), inv AS (
@@ -349,8 +357,7 @@ WITH op AS (
     AND o.lease_generation = %(generation)s AND o.state_version = %(state_version)s
     AND o.lease_token_digest = %(digest)s AND {_unindexed("o.compensates_id IS NULL")}
     AND EXISTS (
-      SELECT 1 FROM runtime_task t WHERE t.id = o.task_id
-        AND t.cancellation = '{Cancellation.NONE}' AND t.condition <> '{TaskCondition.TERMINAL}')
+      SELECT 1 FROM runtime_task t WHERE t.id = o.task_id AND {not_stopping_sql("t")})
   RETURNING o.id, o.task_id, o.state_version
 ), task AS ({_TASK_TOUCH}
 ), ev AS ({_EVENT}
@@ -402,6 +409,11 @@ def accept_txn(
         ),
         **_deltas(S.RUNNING, acceptance.target),
     }
+    if planted("stale-accept"):  # a simulation's planted defect: the fence matches any claim
+        fence = ("lease_generation", "state_version", "lease_token_digest")
+        row = Operation.objects.filter(pk=op.pk).values_list(*fence).first()
+        if row is not None:
+            params["generation"], params["state_version"], params["digest"] = row
     with prepared_cursor() as cur:
         cur.execute(_ACCEPT_SQL, params)  # type: ignore[arg-type]
         row = cur.fetchone()
@@ -552,7 +564,7 @@ def _batch_events(event_type: str, data: str) -> str:
 
 _BATCH_CLAIM_SQL = f"""
 WITH pick AS (
-  SELECT o.id FROM runtime_operation o
+  SELECT o.id, o.status AS from_status FROM runtime_operation o
     JOIN runtime_task t ON t.id = o.task_id
   WHERE o.id = ANY(%(ids)b::varchar[])
     AND o.executor = 'worker'
@@ -565,9 +577,10 @@ WITH pick AS (
   UPDATE runtime_operation o SET
 {_CLAIM_SET}
   FROM pick WHERE o.id = pick.id AND {_unindexed(f"o.status IN {_in(CLAIM_SOURCES)}")}
-  RETURNING {", ".join("o." + c for c in _OP_NAMES)}
+  RETURNING {", ".join("o." + c for c in _OP_NAMES)}, pick.from_status
 )
-SELECT {", ".join("op." + c for c in _OP_NAMES)}, t.cancellation, t.condition, t.paused
+SELECT {", ".join("op." + c for c in _OP_NAMES)}, t.cancellation, t.condition, t.paused,
+  op.from_status
 FROM op JOIN runtime_task t ON t.id = op.task_id
 ORDER BY t.id, op.id
 FOR UPDATE OF t
@@ -576,8 +589,8 @@ FOR UPDATE OF t
 _BATCH_CLAIMED_SQL = f"""
 WITH c AS (
   SELECT * FROM unnest(%(ids)b::varchar[], %(tasks)b::varchar[], %(versions)b::int[],
-    %(generations)b::int[], %(attempts)b::int[])
-    AS c(id, task_id, state_version, lease_generation, attempt)
+    %(generations)b::int[], %(attempts)b::int[], %(froms)b::varchar[])
+    AS c(id, task_id, state_version, lease_generation, attempt, from_status)
 ), d AS (
   SELECT task_id, count(*)::int AS n, count(*)::int * %(d_active)s AS d_active,
     count(*)::int * %(d_claimable)s AS d_claimable, count(*)::int * %(d_blocked)s AS d_blocked
@@ -586,7 +599,7 @@ WITH c AS (
 ), ev AS ({
     _batch_events(
         "'operation.claimed'",
-        "%(event_data)s::jsonb || jsonb_build_object("
+        "%(event_data)s::jsonb || jsonb_build_object('from', c.from_status, "
         "'lease_generation', c.lease_generation, 'attempt', c.attempt)",
     )
 }
@@ -636,17 +649,16 @@ def claim_batch_txn(
             return []
         n = len(_OP_NAMES)
         ops = [_operation(row[:n]) for row in rows]
-        if any(
-            row[n] != Cancellation.NONE or row[n + 1] == TaskCondition.TERMINAL or row[n + 2]
-            for row in rows
-        ):
+        if any(stopping(row[n], row[n + 1]) or row[n + 2] for row in rows):
             raise BatchStopped
+        froms = [row[n + 3] for row in rows]
         claimed: dict[str, Any] = {
             "ids": [op.pk for op in ops],
             "tasks": [op.task_id for op in ops],
             "versions": [op.state_version for op in ops],
             "generations": [op.lease_generation for op in ops],
             "attempts": [op.attempts_used for op in ops],
+            "froms": froms,
             "now": now,
             "actor": actor,
             "execution": execution_id,
@@ -755,10 +767,7 @@ def accept_batch_txn(
             },
         )
         rows = cur.fetchall()
-        if any(
-            cancellation != Cancellation.NONE or cond == TaskCondition.TERMINAL
-            for _, cancellation, cond in rows
-        ):
+        if any(stopping(cancellation, cond) for _, cancellation, cond in rows):
             raise BatchStopped
         done = {row[0] for row in rows}
         batch = [(op, a) for op, a in accepted if op.pk in done]
