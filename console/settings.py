@@ -290,6 +290,10 @@ BROKER_VISIBILITY_TIMEOUT = _env_int("BROKER_VISIBILITY_TIMEOUT", 300)
 RATE_WINDOW_SECONDS = _env_int("RATE_WINDOW_SECONDS", 300)
 RATE_LOGIN_PER_ACCOUNT = _env_int("RATE_LOGIN_PER_ACCOUNT", 10)
 RATE_LOGIN_PER_ADDRESS = _env_int("RATE_LOGIN_PER_ADDRESS", 50)
+# After RATE_LOGIN_PER_ACCOUNT failures in a row, each further one makes the username wait
+# twice as long as the last (from the base), at most the max: a delay, never a lock.
+RATE_LOGIN_DELAY_BASE_SECONDS = _env_int("RATE_LOGIN_DELAY_BASE_SECONDS", 1)
+RATE_LOGIN_DELAY_MAX_SECONDS = _env_int("RATE_LOGIN_DELAY_MAX_SECONDS", 60)
 RATE_TOKEN_PER_ACCOUNT = _env_int("RATE_TOKEN_PER_ACCOUNT", 10)
 RATE_TOKEN_PER_ADDRESS = _env_int("RATE_TOKEN_PER_ADDRESS", 50)
 # How often an open event stream re-checks that its token was not revoked.

@@ -18,7 +18,7 @@ from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
-from runtime.ratelimits import attempt_begin, attempt_succeeded, token_limits
+from runtime.ratelimits import failure_count, token_limits
 
 TOKEN_PREFIX = "ac"
 CLI = "system:cli"  # tokens issued or revoked from a shell (manage.py)
@@ -33,6 +33,10 @@ class IssuedToken:
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# Compared against when no token has the presented prefix (a digest no secret has).
+_NO_DIGEST = "0" * 64
 
 
 def _new_secret() -> tuple[str, str]:
@@ -158,25 +162,25 @@ def _live_token(prefix: str) -> _Presented | None:
 
 
 def token_authenticate(raw: str, *, address: str | None = None) -> Actor:
-    """The actor a presented token stands for; NotAuthenticated for anything else. With the
-    client's ``address``, failed attempts are limited per token prefix and per address
-    (RateLimited, 429) before the digest is even compared."""
+    """The actor a presented token stands for; NotAuthenticated for anything else. The token is
+    checked first: a good one is never limited (a 256-bit secret cannot be guessed, and an
+    agent's parallel calls must not lock it out). With the client's ``address``, a failure is
+    counted per address and, for a well-formed token, per prefix, and answered RateLimited
+    (429) once either is over its limit."""
     parts = raw.split("_", 2)
     well_formed = len(parts) == 3 and parts[0] == TOKEN_PREFIX
-    held = None
-    if address is not None:
-        per_account, per_address = token_limits()
-        subject = parts[1][:16] if well_formed else "malformed"
-        held = attempt_begin([(per_account, subject), (per_address, address)])
-    if not well_formed:
+    token = _live_token(parts[1]) if well_formed else None
+    # The digest is computed and compared whether or not the prefix exists, and a failure is
+    # counted the same way either way: the answer (and its timing) must not tell them apart.
+    good = hmac.compare_digest(token.digest if token else _NO_DIGEST, _digest(raw))
+    if token is None or not good or (token.user_id is not None and not token.user_active):
+        if address is not None:
+            per_prefix, per_address = token_limits()
+            checks = [(per_address, address)]
+            if well_formed:
+                checks.append((per_prefix, parts[1][:16]))
+            failure_count(checks)
         raise NotAuthenticated("invalid token")
-    token = _live_token(parts[1])
-    if token is None or not hmac.compare_digest(token.digest, _digest(raw)):
-        raise NotAuthenticated("invalid token")
-    if token.user_id is not None and not token.user_active:
-        raise NotAuthenticated("invalid token")
-    if held is not None:
-        attempt_succeeded(held)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY:
         # Coarse on purpose: one write a minute per token, not one per request.

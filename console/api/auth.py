@@ -62,7 +62,9 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
 
 def client_address(request: Any) -> str:
-    """The peer's address as the server saw it (no forwarded header: a client can forge one)."""
+    """The peer's address as the server saw it: REMOTE_ADDR, which uvicorn takes from
+    X-Forwarded-For only behind --proxy-headers and only from FORWARDED_ALLOW_IPS (a header
+    any client sends is not believed: it could name anyone and escape its limits)."""
     return str(request.META.get("REMOTE_ADDR") or "unknown")[:64]
 
 

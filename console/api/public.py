@@ -5,16 +5,18 @@ error here is the contract's JSON error body whatever format the document was as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 
 class _PublicDocument:
-    authentication_classes: list[Any] = []
+    authentication_classes: Sequence[type[BaseAuthentication]] = ()
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any

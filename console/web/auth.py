@@ -1,5 +1,6 @@
-"""Logging in, limited per account and per client address (runtime/ratelimits.py): a refused
-attempt is a 429 with Retry-After and the password is not even checked."""
+"""Logging in, limited per client address and, with growing delays, per username
+(runtime/ratelimits.py). Only failures count; while a limit is in force every attempt under it
+is a 429 with Retry-After, the right password too (a right guess must look like a wrong one)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.api.auth import client_address
-from runtime.ratelimits import RateLimited, attempt_begin, attempt_succeeded, login_limits
+from runtime.ratelimits import (
+    RateLimited,
+    backoff_check,
+    backoff_clear,
+    backoff_failed,
+    failure_count,
+    limit_check,
+    login_limits,
+)
 
 
 class LoginView(auth_views.LoginView):
@@ -19,8 +28,20 @@ class LoginView(auth_views.LoginView):
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         per_account, per_address = login_limits()
         account = str(request.POST.get("username", "")).strip().lower()[:150] or "-"
+        address = client_address(request)
+        form = self.get_form()
         try:
-            held = attempt_begin([(per_account, account), (per_address, client_address(request))])
+            # While a limit is in force every attempt under it is refused, so the password is
+            # not even hashed then (a flood costs no CPU); otherwise it is checked first.
+            limit_check([(per_address, address)])
+            backoff_check(per_account, account)
+            if form.is_valid():
+                backoff_clear(per_account, account)
+                return self.form_valid(form)
+            # The address first: a failure refused there (a flood from one address) does not
+            # count against the account, so it cannot keep the account's owner waiting.
+            failure_count([(per_address, address)])
+            backoff_failed(per_account, account)
         except RateLimited as exc:
             response = render(
                 request,
@@ -30,7 +51,4 @@ class LoginView(auth_views.LoginView):
             )
             response["Retry-After"] = str(exc.retry_after)
             return response
-        response = super().post(request, *args, **kwargs)
-        if request.user.is_authenticated:
-            attempt_succeeded(held)
-        return response
+        return self.form_invalid(form)
