@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -134,7 +135,7 @@ def _redis_or_none(backend: str | None) -> Any:
     try:
         return _redis()
     except Exception:
-        log.warning("rate limit counter in Redis unavailable; counting in the database")
+        _redis_failed()
         return None
 
 
@@ -348,7 +349,6 @@ _clients: dict[int, Any] = {}
 
 
 def _redis() -> Any:
-    import redis
 
     pid = os.getpid()
     client = _clients.get(pid)

@@ -144,3 +144,27 @@ def test_a_failure_counts_against_every_subject_it_names(transactional_db):
     with pytest.raises(RateLimited):
         failure_count([(account, who), (address, where)], backend="database")
     assert RateCounter.objects.get(key=f"ratelimit:acct:{who}").count == 2
+
+
+def test_while_redis_is_away_failures_are_counted_in_the_database(transactional_db, monkeypatch):
+    import redis
+
+    from runtime import ratelimits
+    from tests.conftest import free_port
+
+    away = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    monkeypatch.setattr(ratelimits, "_redis", lambda: away)
+    limit = Limit("test", 2, 120)
+    backoff = Backoff("test-delay", 0, 30, 60, 120)
+    subject = uuid.uuid4().hex
+    for _ in range(2):
+        failure_count([(limit, subject)], backend="redis")
+    with pytest.raises(RateLimited):
+        failure_count([(limit, subject)], backend="redis")
+    with pytest.raises(RateLimited):
+        limit_check([(limit, subject)], backend="redis")
+    backoff_failed(backoff, subject, backend="redis")
+    with pytest.raises(RateLimited):
+        backoff_check(backoff, subject, backend="redis")
+    assert RateCounter.objects.get(key=f"ratelimit:test:{subject}").count == 2
+    assert RateCounter.objects.get(key=f"ratelimit:test-delay:{subject}").count == 1
