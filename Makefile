@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test lint typecheck pytest pytest-embedded bench clean
+.PHONY: install run test lint typecheck pytest pytest-embedded bench simulate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,12 @@ run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py runstack
 
+# ruff (PLC0415 refuses function-level imports) and the import contract: no cycles, the domain
+# never imports the console, nothing imports the worker (tests/layers.py).
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(PY) -m tests.layers
 
 typecheck: install
 	$(VENV)/bin/mypy runtime console
@@ -53,6 +56,22 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: install $(BENCH_STAMP)
 	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(PY) deploy/bench.py
+
+# The seeded simulation (docs/simulation.md) on its own database (agent_console_sim, created and
+# migrated by the command); DB=sqlite runs it on the embedded database under var/simulation.
+SIM_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console_sim
+SEED ?= 1
+STEPS ?= 1000
+PLANT ?=
+SCHEDULE ?=
+SIM_ARGS = --seed $(SEED) --steps $(STEPS) --plant "$(PLANT)" --schedule "$(SCHEDULE)"
+
+simulate: install
+ifeq ($(DB),sqlite)
+	env -u DATABASE_URL -u REDIS_URL CONSOLE_DATA_DIR=var/simulation $(PY) manage.py simulate $(SIM_ARGS)
+else
+	env -u REDIS_URL DATABASE_URL=$(SIM_DATABASE_URL) $(PY) manage.py simulate $(SIM_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache

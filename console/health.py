@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+from console.celery import app
 from runtime.executions import executions_live
 
 
@@ -19,8 +20,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
         body["database"] = f"error: {type(exc).__name__}"
         healthy = False
     try:
-        from console.celery import app
-
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:

@@ -123,7 +123,7 @@ class ContractWebSocketProtocol(WebSocketsSansIOProtocol):
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
+    import uvicorn  # noqa: PLC0415 (imported once the environment above is set)
 
     parser = argparse.ArgumentParser(description="Serve the console (HTTP + websockets).")
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -139,14 +139,14 @@ def main(argv: list[str] | None = None) -> None:
     # app), so they are changed here, before anything connects; worker processes load theirs
     # with the mark set.
     os.environ["CONSOLE_WEB_SERVER"] = "1"
-    from django.conf import settings
+    from django.conf import settings  # noqa: PLC0415 (the settings read the environment set above)
 
-    from console.settings import database_pooled
+    from console.settings import database_pooled  # noqa: PLC0415 (likewise)
 
     database_pooled(settings.DATABASES["default"], settings.DB_POOL_MAX)
     processes = max(1, int(os.environ.get("WEB_CONCURRENCY") or 1))
     # By module name, not __main__'s: with several processes uvicorn hands them to its workers.
-    from console.server import ContractH11Protocol, ContractWebSocketProtocol
+    from console.server import ContractH11Protocol, ContractWebSocketProtocol  # noqa: PLC0415 (by module name, for uvicorn's spawned workers)
 
     uvicorn.run(
         "console.asgi:application",

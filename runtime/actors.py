@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.contrib.auth import get_user_model
+
 ROLE_OPERATOR = "operator"
 ROLE_SUPPORT = "support"
 ROLE_ADMIN = "admin"
@@ -63,7 +65,6 @@ def actor_for_agent(agent_id: str, name: str) -> Actor:
 
 def user_roles(user_id: int) -> frozenset[str]:
     """The user's current roles, read now (not cached), for rechecks inside a transaction."""
-    from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None:

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from django.core.files import File
 from django.core.files.storage import Storage, storages
+from storages.utils import clean_name
 
 from runtime.crashpoints import crash_point
 
@@ -103,7 +104,6 @@ def _s3(storage: Storage) -> Any | None:
 
 
 def _s3_key(storage: Any, key: str) -> str:
-    from storages.utils import clean_name
 
     return str(storage._normalize_name(clean_name(key)))
 
@@ -119,7 +119,7 @@ def content_put(key: str, fileobj: IO[bytes], *, measured: Measured, media_type:
     client = _s3(storage)
     fileobj.seek(0)
     if client is not None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError  # noqa: PLC0415 (optional: the s3 extra)
 
         try:
             client.put_object(

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 
 T = TypeVar("T")
 
@@ -60,7 +61,6 @@ _CONTENTION_SQLSTATES = {"40001", "40P01", "55P03"}
 def is_contention(exc: BaseException) -> bool:
     """Whether a database error only says concurrent transactions got in the way (the
     transaction rolled back and may be run again), as opposed to a fault of the statement."""
-    from django.db import OperationalError
 
     if not isinstance(exc, OperationalError):
         return False
@@ -111,7 +111,6 @@ def prepared_cursor() -> Any:
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
         return conn.cursor()
-    import psycopg
 
     conn.close_if_health_check_failed()
     conn.ensure_connection()

@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -98,7 +99,6 @@ def drainable_tools(queue: str) -> list[str]:
 
 
 def _redis() -> Any:
-    import redis
 
     pid = os.getpid()
     client = _clients.get(pid)

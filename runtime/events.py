@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
 from runtime.db import db_datetime
@@ -184,7 +185,6 @@ class _HintSender:
         self._lock = threading.Lock()
 
     def _start(self) -> bool:
-        from channels.layers import InMemoryChannelLayer, get_channel_layer
 
         layer = get_channel_layer()
         # The in-memory layer lives in one process and one loop: its readers follow the

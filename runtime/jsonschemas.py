@@ -29,7 +29,7 @@ _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
 def _refuse_retrieval(uri: str) -> Any:
-    import referencing.exceptions
+    import referencing.exceptions  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
@@ -38,14 +38,14 @@ def _refuse_retrieval(uri: str) -> Any:
 def _local_registry() -> Any:
     """Resolves references inside the schema and the shipped metaschemas, and retrieves
     nothing (jsonschema adds its bundled metaschemas to a registry it is given)."""
-    import referencing
+    import referencing  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     return referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
 @functools.cache
 def _shipped_metaschemas() -> frozenset[str]:
-    import jsonschema
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     classes = (
         jsonschema.Draft3Validator,
@@ -92,7 +92,7 @@ def schema_reference_problem(schema: Any) -> str | None:
 def json_schema_validate(schema: Any, field: str) -> None:
     """Refuse (400 naming ``field``) what is not a JSON Schema object valid for its draft, or
     that refers outside itself."""
-    import jsonschema
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     if not isinstance(schema, dict):
         raise InvalidInput(f"{field} must be a JSON Schema object", field=field)
@@ -112,8 +112,8 @@ def json_schema_verdict(chunks: Any, schema: Any) -> tuple[str, str]:
     CHECK_JSON_MAX_BYTES: a larger document is unavailable to this checker, not failed. A
     schema that refers outside itself (stored before that was refused) is unavailable, and
     nothing is retrieved."""
-    import jsonschema
-    import referencing.exceptions
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
+    import referencing.exceptions  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     if not isinstance(schema, dict):
         return R.UNAVAILABLE, "the schema is not a JSON Schema object"

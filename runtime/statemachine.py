@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
@@ -195,8 +197,6 @@ def rejection_record(
     """Keep what a stale or duplicate actor tried, for diagnosis, after the rejected change
     rolled back (its own atomic block). A stale completion is also journalled, so live pages
     show it; routine duplicate deliveries are only kept, not journalled."""
-    from django.db import transaction
-    from django.utils import timezone
 
     with transaction.atomic():
         rejected = RejectedObservation.objects.create(

@@ -50,7 +50,7 @@ def embedded_broker_purge() -> int:
     if not settings.EMBEDDED_BROKER or not url.startswith("sqla+"):
         return 0
     try:
-        from sqlalchemy import create_engine, text
+        from sqlalchemy import create_engine, text  # noqa: PLC0415 (the embedded broker only)
 
         engine = create_engine(url[len("sqla+") :])
         with engine.begin() as conn:

@@ -3,6 +3,7 @@ read-only effects view. Thin: parse, authorise (in the service), call one servic
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -15,6 +16,7 @@ from console.api.serializers import AttemptIn, Int, Text, attempt_out, budget_ou
 from console.api.views import ApiView, operation_body, task_body
 from runtime import attempts, cancellation, policy, resolutions, tasks
 from runtime.errors import NotFound
+from runtime.sandbox.receivers import RECEIVERS, effects_under
 
 
 class ReasonIn(serializers.Serializer):
@@ -107,9 +109,6 @@ class ReceiverEffects(ApiView):
         responses=doc.responses({200: doc.EffectsSerializer}),
     )
     def get(self, request: Request, receiver: str) -> Response:
-        from django.conf import settings
-
-        from runtime.sandbox.receivers import RECEIVERS, effects_under
 
         if not settings.DEMO_TOOLS or receiver not in RECEIVERS:
             raise NotFound("no such receiver")

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import DataError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -116,6 +116,5 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 def not_found_json(request: Any, exception: Any = None) -> Any:
-    from django.http import JsonResponse
 
     return JsonResponse(error_body("not_found", "not found"), status=status.HTTP_404_NOT_FOUND)

@@ -24,6 +24,7 @@ from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.approval_selectors import approval_get, approval_list
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
+from runtime.tasks import task_get
 from runtime.waits import MAX_WAIT_SECONDS
 
 
@@ -223,7 +224,6 @@ class TaskSignals(ApiView):
         responses=doc.responses({200: doc.SignalListSerializer}),
     )
     def get(self, request: Request, task_id: str) -> Response:
-        from runtime.tasks import task_get
 
         task_get(actor_of(request), task_id)
         return Response({"results": [signal_out(s) for s in signals.signals_of_task(task_id)]})

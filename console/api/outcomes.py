@@ -3,6 +3,7 @@ call one runtime service and serialise."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from django.conf import settings
@@ -247,7 +248,6 @@ class ArtifactContent(ApiView):
 
 
 def _b64(digest: str) -> str:
-    import base64
 
     return base64.b64encode(bytes.fromhex(digest.split(":", 1)[1])).decode()
 

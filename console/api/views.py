@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -282,7 +285,6 @@ class OperationClaim(ApiView):
 def _remaining(deadline: Any) -> float | None:
     if deadline is None:
         return None
-    from django.utils import timezone
 
     return max(0.0, round((deadline - timezone.now()).total_seconds(), 3))
 
@@ -451,9 +453,6 @@ async def _sse(
     cross processes). Ends after ``max_seconds`` so clients reconnect with Last-Event-ID, and,
     with an ``event: error``, within TOKEN_RECHECK_SECONDS of its principal no longer holding
     (token revoked, logged out, user deactivated, role removed)."""
-    import json
-
-    from channels.layers import InMemoryChannelLayer, get_channel_layer
 
     task_id = task.pk
     layer = get_channel_layer()

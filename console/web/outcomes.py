@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from console.web.views import console_view
+from console.web.decorators import console_view
 from runtime import artifact_store as store
 from runtime import artifacts, checks
 from runtime.actors import Actor

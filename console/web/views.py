@@ -4,17 +4,13 @@ follows the journal; the page re-fetches its server-rendered fragments on each e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import (
     HttpRequest,
     HttpResponse,
-    HttpResponseForbidden,
     HttpResponseRedirect,
     JsonResponse,
 )
@@ -25,9 +21,11 @@ from django.views.decorators.http import require_GET, require_POST
 from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
 from console.middleware import is_api, refusal
+from console.web.decorators import console_view
+from console.web.outcomes import outcomes_context
 from runtime import attempts, budgets, cancellation, operations, policy, tasks
 from runtime import events as journal
-from runtime.actors import Actor, actor_for_user
+from runtime.actors import Actor
 from runtime.approval_selectors import approvals_of_task, pending_approval_count
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
@@ -35,27 +33,6 @@ from runtime.models import Operation, RejectedObservation
 from runtime.signals import signals_of_task
 from runtime.transitions import TaskCondition, TaskOutcome
 from runtime.waits import expired_wait_count, waits_of_task
-
-View = Callable[..., HttpResponse]
-
-
-def console_view(view: View) -> View:
-    """Login required, and a console role (operator, support or admin) to see anything."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        actor = actor_for_user(int(str(request.user.pk)), request.user.get_username())
-        if not policy.allowed(policy.can_use_console, actor):
-            return HttpResponseForbidden(
-                render(request, "console/forbidden.html", status=403).content
-            )
-        # Refusals (NotFound, DomainError, DataError) raised here become a 4xx page in
-        # console.middleware.ErrorMappingMiddleware, the one mapping pages share with the API.
-        return view(request, actor, *args, **kwargs)
-
-    return wrapper
-
 
 # Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF
 # check, an unknown URL, an uncaught fault): the contract's JSON under /api/, a page otherwise.
@@ -184,7 +161,6 @@ def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     context["events"] = [_timeline_entry(e) for e in events]
     context["last_seq"] = events[-1].seq if events else 0
     context["input_text"] = json_text(context["task"].input)
-    from console.web.outcomes import outcomes_context
 
     context.update(outcomes_context(actor, task_id))
     return render(request, "console/task_detail.html", context)

@@ -5,6 +5,7 @@ acceptance, outside any runtime transaction)."""
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -240,7 +241,6 @@ def slow_call(
 ) -> Response:
     """Record the start (with the deadline time the caller passed on), take ``seconds``, record
     the end. The sleep is the receiver's work: it does not listen to anyone meanwhile."""
-    import time
 
     call = SlowCall.objects.create(
         key=key,

@@ -1,6 +1,9 @@
 """Tool adapters: how an operation reaches its receiver, and what the receiver promises about
 repeated calls (its contract)."""
 
+# The built-in adapters register themselves when imported (after base, which they build on).
+from runtime.tools import checks as _checks  # noqa: F401
+from runtime.tools import demo as _demo  # noqa: F401
 from runtime.tools.base import (
     Contract,
     InvocationContext,

@@ -6,8 +6,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from runtime.errors import InvalidInput, UnknownTool
+from runtime.keys import key_step
 
 
 class Contract:
@@ -38,7 +40,6 @@ class InvocationContext:
         parameter), so a receiver does not start what cannot finish in time."""
         if self.deadline is None:
             return None
-        from django.utils import timezone
 
         return max(0.0, (self.deadline - (now or timezone.now())).total_seconds())
 
@@ -120,8 +121,6 @@ class ToolAdapter:
     ) -> str:
         """The operation's idempotency key when the agent gives none (step-effect domain); a
         new attempt is a new pursuit, so its keys differ from the earlier attempt's."""
-        from runtime.keys import key_step
-
         return key_step(task_id, step, self.name, intent_version, attempt=attempt)
 
     def supports(self, recorded_version: str) -> bool:
@@ -142,17 +141,11 @@ def register(adapter: ToolAdapter) -> ToolAdapter:
     return adapter
 
 
-def _load() -> None:
-    # Importing the modules registers their adapters.
-    from runtime.tools import checks, demo  # noqa: F401
-
-
 def adapters() -> dict[str, ToolAdapter]:
     """The adapters this deployment offers, by name (read-only: shared between callers)."""
     demo = bool(settings.DEMO_TOOLS)
     visible = _VISIBLE.get(demo)
     if visible is None:
-        _load()
         visible = {name: a for name, a in _REGISTRY.items() if demo or not a.demo}
         _VISIBLE[demo] = visible
     return visible

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from runtime.errors import InvalidInput
+from runtime.models import Invocation
 from runtime.tools.base import InvocationContext, ToolFailure
 
 KNOBS = (
@@ -111,8 +112,6 @@ def _stall_until_taken_over(ctx: InvocationContext) -> None:
     after its lease was taken over and the new holder finished: without heartbeating, wait until
     a newer generation's invocation has an outcome, then go on to the receiver as if nothing
     happened. Bounded, so a misconfigured test cannot hang a worker forever."""
-    from runtime.models import Invocation
-
     limit = time.monotonic() + settings.LEASE_SECONDS * 20 + 30
     while time.monotonic() < limit:
         if Invocation.objects.filter(

@@ -13,7 +13,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from runtime import artifacts, checks, completion
+from runtime import artifacts, checkers, checks, completion
 from runtime.crashpoints import crash_point_installed
 from runtime.errors import CompletionRefused, InvalidInput, TaskRefused, UnknownChecker
 from runtime.models import CheckResult, Task
@@ -153,8 +153,8 @@ def extra_checkers():
     broken, slow = checks.checker_register(Broken()), checks.checker_register(Slow())
     yield
     Slow.gate.set()
-    checks._REGISTRY.pop(broken.name, None)
-    checks._REGISTRY.pop(slow.name, None)
+    checkers._REGISTRY.pop(broken.name, None)
+    checkers._REGISTRY.pop(slow.name, None)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -175,7 +175,7 @@ def test_unavailable_and_timed_out_checkers_cannot_authorise_success(extra_check
     assert by_name["slow"]["result"] == "timed_out"
     assert Task.objects.get(pk=task.pk).outcome is None
     # A checker this version no longer has is unavailable too, never a pass.
-    checks._REGISTRY.pop("test_broken")
+    checkers._REGISTRY.pop("test_broken")
     refused = refusal_of(alice, task)
     assert {c["name"]: c["result"] for c in refused.details["checks"]}["external"] == "unavailable"
 

@@ -1,0 +1,173 @@
+"""The import contract, checked by ``make lint`` (``python -m tests.layers``) and by the suite.
+
+- Modules of ``runtime`` and of ``console`` import each other without cycles (imports at module
+  level; those under ``if TYPE_CHECKING:`` are for the type checker only and do not count).
+  Function-level imports, the usual way to dodge a cycle, are refused by ruff's PLC0415.
+- ``runtime`` never imports ``console``: the domain knows nothing of HTTP.
+- ``runtime.worker`` (the Celery tasks) is the top of the runtime: nothing imports it; work is
+  published by task name (``runtime.publish``).
+- The bottom layer (models, the transition tables, errors, ids, keys, hashing, text rules)
+  imports nothing of the runtime above it.
+
+Prints each breach and exits 1 when there is one."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("runtime", "console")
+TOP = "runtime.worker"
+BOTTOM = (
+    "runtime.models",
+    "runtime.transitions",
+    "runtime.errors",
+    "runtime.ids",
+    "runtime.keys",
+    "runtime.hashing",
+    "runtime.text",
+    "runtime.crashpoints",
+)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Statements run at import: the body, into if/try blocks, except TYPE_CHECKING ones."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                stack.extend(node.orelse)
+                continue
+            stack.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            stack.extend(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                stack.extend(handler.body)
+        else:
+            yield node
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports at module level."""
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _module_level(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for target in targets:
+            module = resolve(target)
+            if module and module != name and not name.startswith(f"{module}."):
+                found.add(module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in edges:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def breaches(edges: dict[str, set[str]] | None = None) -> list[str]:
+    edges = graph() if edges is None else edges
+    problems = [f"import cycle: {' <-> '.join(c)}" for c in cycles(edges)]
+    for module, targets in sorted(edges.items()):
+        if module.startswith("runtime") and any(t.startswith("console") for t in targets):
+            problems.append(f"{module} imports console (the domain knows nothing of HTTP)")
+        if TOP in targets:
+            problems.append(f"{module} imports {TOP} (publish by task name: runtime.publish)")
+        if module.startswith(BOTTOM):
+            above = sorted(
+                t for t in targets if t.startswith("runtime") and not t.startswith(BOTTOM)
+            )
+            if above:
+                problems.append(f"{module} (bottom layer) imports {', '.join(above)}")
+    return problems
+
+
+def main() -> int:
+    problems = breaches()
+    for problem in problems:
+        print(problem)
+    if not problems:
+        print(f"layers: {len(modules())} modules, no cycle, no layer breached")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The import contract (tests/layers.py) holds for the tree, and it can fail."""
+
+from __future__ import annotations
+
+from tests import layers
+
+
+def test_the_tree_keeps_the_import_contract():
+    assert layers.breaches() == []
+
+
+def test_the_contract_sees_a_cycle_a_domain_import_of_console_and_an_import_of_the_worker():
+    edges = layers.graph()
+    # What a function-level import used to hide: the outbox importing the worker.
+    edges["runtime.outbox"] = edges["runtime.outbox"] | {"runtime.worker"}
+    edges["runtime.tasks"] = edges["runtime.tasks"] | {"console.api.views"}
+    edges["runtime.models"] = edges["runtime.models"] | {"runtime.operations"}
+    problems = layers.breaches(edges)
+    assert any(p.startswith("import cycle:") and "runtime.outbox" in p for p in problems)
+    assert "runtime.tasks imports console (the domain knows nothing of HTTP)" in problems
+    assert any(p.startswith("runtime.outbox imports runtime.worker") for p in problems)
+    assert any(p.startswith("runtime.models (bottom layer) imports") for p in problems)
+
+
+def test_type_checking_imports_do_not_count_but_module_level_ones_in_blocks_do(tmp_path):
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from runtime.operations import OperationSpec\n"
+        "try:\n    from runtime.tasks import task_get\nexcept ImportError:\n    pass\n"
+    )
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    known = {"runtime.operations": path, "runtime.tasks": path, "runtime.m": path}
+    assert layers.imports_of("runtime.m", path, known) == {"runtime.tasks"}
