@@ -1,6 +1,6 @@
 """The modules that announce work publish by task name (runtime.publish) and never import the
-Celery tasks (tests/layers.py holds that no module imports runtime.worker); the names must be the worker's registered tasks, or every announcement would be
-a message nobody consumes."""
+Celery tasks (tests/layers.py holds that no module imports runtime.worker); the names must be
+the worker's registered tasks, or every announcement would be a message nobody consumes."""
 
 from __future__ import annotations
 
