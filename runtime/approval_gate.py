@@ -14,6 +14,7 @@ from runtime.db import db_now
 from runtime.events import event_append_txn
 from runtime.models import Approval, Operation, Task
 from runtime.outbox import outbox_consume_txn
+from runtime.plants import planted
 from runtime.policy import approval_decision_refusal, fresh
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import within_task_deadline
@@ -111,6 +112,8 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         return None
     # The moment of release on the database's clock: the validity was set by another host.
     at = db_now()
+    if planted("release-expired"):  # a simulation's planted defect: expiry is never seen
+        at = min(at, latest.expires_at - timedelta(microseconds=1))
     if latest.expires_at <= at:
         approval_transition_txn(latest, A.EXPIRED, now=now, extra_guard={"expires_at__lte": at})
         reason = "the approval expired before its work could start"
