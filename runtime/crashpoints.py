@@ -65,3 +65,11 @@ def crash_point_installed(name: str, action: Callable[[], None]) -> Iterator[Non
         yield
     finally:
         _actions.pop(name, None)
+
+
+def install_crash_action(name: str, action: Callable[[], None]) -> None:
+    """Install ``action`` at ``name`` for the rest of this process's life: for a demo fault
+    that ends the process there (runtime.tools.faults), so nothing is left to uninstall."""
+    if name not in POINTS:
+        raise ValueError(f"no crash point named {name!r}")
+    _actions[name] = action

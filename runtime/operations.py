@@ -40,14 +40,12 @@ from runtime.db import contention_retry
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
-    NotAuthorized,
     NotFound,
     RequestInProgress,
     StaleLease,
 )
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
-from runtime.keys import key_in_namespace, key_namespace
 from runtime.leases import lease_token_digest, lease_token_matches
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
@@ -56,7 +54,13 @@ from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.stoprule import stop_target, task_stopping, unconfirmed_calls_txn
-from runtime.tasks import task_admission_check, task_for_proposal
+from runtime.tasks import (
+    given_key_validate,
+    operation_by_legacy_key,
+    operation_key,
+    task_admission_check,
+    task_for_proposal,
+)
 from runtime.text import name_check
 from runtime.tools import (
     Contract,
@@ -104,6 +108,7 @@ def _validate(spec: OperationSpec) -> None:
         raise InvalidInput(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}")
     if spec.idempotency_key is not None and not (0 < len(spec.idempotency_key) <= 300):
         raise InvalidInput("idempotency_key must have 1 to 300 characters")
+    given_key_validate(spec.idempotency_key)
     if not spec.tool:
         raise InvalidInput("tool is required for tool operations")
 
@@ -147,14 +152,24 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     # A new attempt is a new pursuit: its derived keys carry the attempt number.
     attempt_number = getattr(task, "attempt_number", None) or 1
-    key = operation_key(
-        task,
-        spec.idempotency_key
-        or adapter.key_for(
-            task.pk, spec.step, spec.params, spec.intent_version, attempt=attempt_number
-        ),
+    derived = spec.idempotency_key or adapter.key_for(
+        task.pk, spec.step, spec.params, spec.intent_version, attempt=attempt_number
     )
+    key = operation_key(task, derived)
+    derived = "" if spec.idempotency_key else derived
     digest = params_hash(spec.params)
+    if derived:
+        # Stored before parts were escaped (runtime.keys): found under its legacy key.
+        legacy = operation_by_legacy_key(
+            task,
+            derived,
+            kind=spec.kind,
+            tool=spec.tool,
+            step=spec.step,
+            intent_version=spec.intent_version,
+        )
+        if legacy is not None:
+            return _same_intent_or_conflict(legacy, digest), False
     gated = adapter.requires_approval(spec.params)
     if spec.approval_timeout_seconds is not None and not (
         1 <= spec.approval_timeout_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS
@@ -269,18 +284,6 @@ def _admit(row: TaskRow, now: datetime) -> None:
         deadline=row.deadline,
         now=now,
     )
-
-
-def operation_key(task: Task, key: str) -> str:
-    """The key an operation of ``task`` is stored and invoked under: inside its owner's
-    namespace. NotAuthorized for a key inside another owner's namespace."""
-    namespace = key_namespace(agent_id=task.agent_id, user_id=task.created_by_id)
-    try:
-        return key_in_namespace(namespace, key)
-    except ValueError:
-        raise NotAuthorized(
-            "idempotency_key is inside another owner's namespace", code="key_outside_namespace"
-        ) from None
 
 
 def _same_intent_or_conflict(existing: Operation, digest: str) -> Operation:

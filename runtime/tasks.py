@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from runtime.actors import Actor
@@ -20,10 +20,12 @@ from runtime.budgets import (
     child_allocate_txn,
     ledger_open_txn,
 )
+from runtime.checkers import required_checks_create_txn, required_checks_validate
 from runtime.db import db_datetime, prepared_cursor
-from runtime.errors import InvalidInput, NotFound, TaskRefused
+from runtime.errors import InvalidInput, NotAuthorized, NotFound, TaskRefused
 from runtime.events import event_append_txn
-from runtime.models import Attempt, Task
+from runtime.keys import given_key_check, key_in_namespace, key_legacy, key_namespace
+from runtime.models import Attempt, Operation, Task, TaskCount
 from runtime.policy import (
     can_create_child,
     can_create_task,
@@ -32,7 +34,7 @@ from runtime.policy import (
     task_scope_sql,
 )
 from runtime.text import name_check
-from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
+from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
 
@@ -67,8 +69,6 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
         0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
     ):
         raise InvalidInput(f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}")
-    from runtime.checks import required_checks_create_txn, required_checks_validate
-
     checks = required_checks_validate(spec.required_checks)
     limits = budget_validate(spec.budget)
     now = timezone.now()
@@ -228,9 +228,7 @@ def task_pending_operation_ids(task: Task) -> list[str]:
 def tasks_pending_operation_ids(task_ids: list[str], per_task: int = 100) -> dict[str, list[str]]:
     """Each task's unsettled operations, oldest first, for a whole page of tasks in one query
     (never one query per row)."""
-    from runtime.models import Operation
-    from runtime.transitions import OperationStatus as S
-
+    S = OperationStatus
     live = [s for s in S.ALL if s not in S.FINAL]
     pending: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
     rows = (
@@ -344,9 +342,48 @@ def task_renewal_txn(task_id: str, until: datetime, now: datetime) -> datetime:
 def task_counts() -> dict[tuple[str, str | None], int]:
     """Tasks by (condition, outcome) for the dashboard, from the counters the database keeps
     (a few rows, whatever the number of tasks; no count over the task table)."""
-    from django.db.models import Sum
-
-    from runtime.models import TaskCount
-
     rows = TaskCount.objects.values("condition", "outcome").annotate(total=Sum("n")).order_by()
     return {(r["condition"], r["outcome"] or None): int(r["total"]) for r in rows if r["total"]}
+
+
+def operation_key(task: Task, key: str) -> str:
+    """The key an operation of ``task`` is stored and invoked under: inside its owner's
+    namespace. NotAuthorized for a key inside another owner's namespace."""
+    namespace = key_namespace(agent_id=task.agent_id, user_id=task.created_by_id)
+    try:
+        return key_in_namespace(namespace, key)
+    except ValueError:
+        raise NotAuthorized(
+            "idempotency_key is inside another owner's namespace", code="key_outside_namespace"
+        ) from None
+
+
+def given_key_validate(key: str | None) -> None:
+    """Refuse (400 ``invalid_input``) a caller's idempotency key in a derived key's shape."""
+    if key is None:
+        return
+    try:
+        given_key_check(key)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="idempotency_key") from None
+
+
+def operation_by_legacy_key(
+    task: Task, derived: str, *, kind: str, tool: str, step: str, intent_version: int
+) -> Operation | None:
+    """The operation stored, before keys' parts were escaped, under the legacy form of the
+    derived key ``derived`` (runtime.keys.key_legacy) for this very intent: same task,
+    attempt, kind, tool, step and intent version. None when the key had nothing to escape (no
+    statement then) or the legacy key is another intent's (that one keeps it)."""
+    legacy = key_legacy(derived)
+    if legacy == derived:
+        return None
+    return Operation.objects.filter(
+        task=task,
+        idempotency_key=operation_key(task, legacy),
+        attempt_id=task.current_attempt_id or "",
+        kind=kind,
+        tool=tool,
+        step=step,
+        intent_version=intent_version,
+    ).first()

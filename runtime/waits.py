@@ -36,7 +36,14 @@ from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.publish import WAKE_WAIT, publish
 from runtime.statemachine import operation_transition_txn, status_deltas
-from runtime.tasks import task_admission_check, task_renewal_txn, within_task_deadline
+from runtime.tasks import (
+    given_key_validate,
+    operation_by_legacy_key,
+    operation_key,
+    task_admission_check,
+    task_renewal_txn,
+    within_task_deadline,
+)
 from runtime.text import name_check
 from runtime.transitions import ApprovalStatus, OperationStatus
 
@@ -61,6 +68,7 @@ def _validate(spec: OperationSpec) -> int:
         raise InvalidInput("waits are kept by the runtime, not executed by an agent")
     if spec.idempotency_key is not None and not (0 < len(spec.idempotency_key) <= 300):
         raise InvalidInput("idempotency_key must have 1 to 300 characters")
+    given_key_validate(spec.idempotency_key)
     if spec.kind == Operation.KIND_WAIT_SIGNAL and not spec.signal:
         raise InvalidInput("a wait_signal operation needs signal (the name it waits for)")
     if spec.kind == Operation.KIND_TIMER and spec.timeout_seconds is None:
@@ -86,18 +94,27 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
     if task is None:
         raise NotFound("no such task")
     can_propose(actor, task)
-    from runtime.operations import operation_key  # runtime.operations imports this module
-
     # Like a tool operation's: a new attempt is a new pursuit, so its waits are new waits.
     attempt = task.current_attempt.number if task.current_attempt else 1
-    key = operation_key(
-        task,
-        spec.idempotency_key
-        or key_step(task.pk, spec.step, spec.kind, spec.intent_version, attempt=attempt),
+    derived = (
+        ""
+        if spec.idempotency_key
+        else key_step(task.pk, spec.step, spec.kind, spec.intent_version, attempt=attempt)
     )
+    key = operation_key(task, spec.idempotency_key or derived)
     intent = {"kind": spec.kind, "signal": spec.signal, "timeout_seconds": seconds}
     digest = params_hash({"params": spec.params, **intent})
     existing = Operation.objects.filter(task=task, idempotency_key=key).first()
+    if existing is None and derived:
+        # Stored before parts were escaped (runtime.keys): found under its legacy key.
+        existing = operation_by_legacy_key(
+            task,
+            derived,
+            kind=spec.kind,
+            tool="",
+            step=spec.step,
+            intent_version=spec.intent_version,
+        )
     if existing is not None:
         return _same_or_conflict(existing, digest), False
     now = timezone.now()

@@ -78,3 +78,30 @@ def reserve_many(
         except BudgetExhausted:
             refused += 1
     out.put((admitted, refused))
+
+
+def propose_and_die(
+    db_url: str, agent_id: str, agent_name: str, task_id: str, params: dict[str, Any], at: str
+) -> None:
+    """Propose a charge, then end this process as a kill would: ``at="before_commit"`` with the
+    proposal written but its transaction not committed; ``at="after_commit"`` right after the
+    commit, before its announcement reached the broker."""
+    django_setup(db_url)
+    from django.db import transaction
+
+    from runtime.actors import actor_for_agent
+    from runtime.operations import OperationSpec, operation_propose
+
+    actor = actor_for_agent(agent_id, agent_name)
+    with transaction.atomic():
+        if at == "after_commit":
+            # Registered first, so it runs before the proposal's own announcement hook.
+            transaction.on_commit(lambda: os._exit(137))
+        operation_propose(
+            actor,
+            task_id,
+            OperationSpec(tool="demo.payments.charge", step="pay", params=params),
+        )
+        if at == "before_commit":
+            os._exit(137)
+    raise AssertionError("the process should have ended")

@@ -252,8 +252,9 @@ class Notify(ToolAdapter):
         intent_version: int,
         attempt: int = 1,
     ) -> str:
-        instance = task_id if attempt <= 1 else f"{task_id}:a{attempt}"
-        return key_notification(instance, step, str(params.get("to", "")), intent_version)
+        return key_notification(
+            task_id, step, str(params.get("to", "")), intent_version, attempt=attempt
+        )
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)

@@ -8,7 +8,9 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import transaction
 
+from runtime.crashpoints import install_crash_action
 from runtime.errors import InvalidInput
 from runtime.models import Invocation
 from runtime.tools.base import InvocationContext, ToolFailure
@@ -21,6 +23,8 @@ KNOBS = (
     "unknown",
     "stall_before_effect",
     "error_after_effect",
+    "crash_before_accept",
+    "crash_after_accept",
 )
 
 
@@ -134,6 +138,28 @@ def after_effect(ctx: InvocationContext, fault: Fault) -> None:
     if fault.kind == "error_after_effect":
         # Not a classified failure: an adapter bug striking after the receiver committed.
         raise RuntimeError("injected unexpected error after the effect")
+    if fault.kind in ("crash_before_accept", "crash_after_accept"):
+        _crash_at_acceptance(committed=fault.kind == "crash_after_accept")
     if fault.kind == "hang":
         # Block past the lease's expiry (without heartbeating), then try to complete late.
         time.sleep(settings.LEASE_SECONDS * 2 + 1)
+
+
+def _exit_as_killed() -> None:
+    os._exit(137)
+
+
+def _crash_at_acceptance(*, committed: bool) -> None:
+    """End this worker process, as a kill would, at the acceptance of the result it is about to
+    report: with the acceptance written but not committed (it rolls back: the lease expires and
+    a newer generation recovers by the receiver's contract), or just after its commit, before
+    the worker acknowledged its message (the redelivery finds the work accepted)."""
+
+    def at_acceptance() -> None:
+        if committed:
+            transaction.on_commit(_exit_as_killed)
+        else:
+            _exit_as_killed()
+
+    install_crash_action("report.before_commit", at_acceptance)
+    install_crash_action("report.batch_before_commit", at_acceptance)
