@@ -502,8 +502,6 @@ def _accept_fast_txn(
     """The common acceptance as one statement (PostgreSQL); None leaves it to the general path.
     The decision is made from the claim's snapshot, which the statement's guard (status,
     generation, state version, token) proves is still the row."""
-    from runtime.tools import adapters
-
     decision = report_decision(
         snapshot, report, adapter=adapters().get(snapshot.tool), stopping=False, now=now, rng=rng
     )
@@ -635,8 +633,6 @@ def _apply_report_txn(
     """The general acceptance: the decision applied through the guarded writer with everything
     that must commit with it (invocation receipt, journal event, next outbox row, and what the
     settling sets in motion: saga steps, a stopping task's quiescence)."""
-    from runtime.tools import adapters
-
     # ``op.task`` was read under its row lock (_report_general_txn).
     stopping = task_stopping(op.task)
     decision = report_decision(
