@@ -18,7 +18,8 @@ so a refusal never reveals that another agent's task exists.
 | create a child task | the parent's agent |
 | read a task's budget | whoever sees the task |
 | resolve an unresolved operation | support staff, admins (roles read fresh) |
-| approve or deny an action | the tool's approver role (operators), never requester, editor, nor the minter of the requesting token |
+| approve or deny an action | the tool's approver role (operators); never the requester, the |
+|   | editor, nor the minter of the requesting token |
 | edit a pending proposal | operators, admins |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
