@@ -1,6 +1,12 @@
 """Admission control: eligibility is not capacity. Per tool class, at most N operations run at
-once (a concurrency slot, checked at claim) and at most M wait admitted (queue capacity, checked
-at proposal: beyond it 429 ``queue_full`` with Retry-After and nothing written).
+once (a concurrency slot, checked at every claim, a worker's or an agent's: running work is active
+work whoever runs it) and at most M wait admitted (queue capacity, checked at proposal: beyond it
+429 ``queue_full`` with Retry-After and nothing written).
+
+Waiting work is everything admitted and not yet running: pending, retry_scheduled, and work
+waiting for a person's approval. Gated work counts from its proposal, so an approval moves it
+within the queue and never adds to it (a class whose queue is full gets no more waiting work
+through approvals); an approved action whose slots are taken waits ``pending``, claimable later.
 
 Both counts are made under the class's ToolSlot row lock, so two claims (or two proposals) of a
 class can never both see the last free place. Classes without a configured limit take no lock and
@@ -12,12 +18,15 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Q
 
+from runtime.crashpoints import crash_point
 from runtime.errors import QueueFull
 from runtime.models import Operation, ToolSlot
 from runtime.tools import adapters
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
+# Admitted and not yet running: what queue capacity bounds.
+WAITING = (S.PENDING, S.RETRY_SCHEDULED, S.WAITING_APPROVAL)
 
 
 def tool_class_of(tool: str) -> str:
@@ -42,16 +51,16 @@ def queue_limited(tool: str) -> bool:
 
 
 def queue_admit_txn(tool: str) -> None:
-    """Refuse a proposal when its tool class already has M admitted and waiting operations.
-    First statement of the proposal's transaction (slot before operation and task rows)."""
+    """Refuse a proposal (or a renewal that makes expired gated work wait again) when its tool
+    class already has M admitted and waiting operations. First statement of the caller's
+    transaction (slot before operation and task rows)."""
     tool_class = tool_class_of(tool)
     capacity = settings.TOOL_QUEUE_CAPACITY.get(tool_class)
     if capacity is None:
         return
     _slot_lock_txn(tool_class)
-    waiting = Operation.objects.filter(
-        _class_filter(tool_class), status__in=(S.PENDING, S.RETRY_SCHEDULED)
-    ).count()
+    waiting = Operation.objects.filter(_class_filter(tool_class), status__in=WAITING).count()
+    crash_point("admission.counted")
     if waiting >= capacity:
         slots = max(1, settings.TOOL_CONCURRENCY.get(tool_class, 1))
         raise QueueFull(
@@ -71,4 +80,5 @@ def concurrency_slot_free_txn(tool: str) -> bool:
         return True
     _slot_lock_txn(tool_class)
     running = Operation.objects.filter(_class_filter(tool_class), status=S.RUNNING).count()
+    crash_point("claim.slot_counted")
     return running < slots

@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runtime.actors import SWEEPER, Actor
+from runtime.admission import queue_admit_txn
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.approval_selectors import approval_get
 from runtime.crashpoints import crash_point
@@ -298,6 +299,9 @@ def approval_renew(
             f"expires_in_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
         )
     with transaction.atomic():
+        # Limits: the renewed work waits again, so it is admitted again against its class's
+        # queue capacity (429 queue_full when full); the slot row comes before the operation's.
+        queue_admit_txn(seen.tool)
         op, approval = _locked(approval_id, seen.operation_id)
         now = timezone.now()
         if approval.status != A.EXPIRED or op.status != S.EXPIRED:

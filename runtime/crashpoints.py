@@ -43,6 +43,8 @@ POINTS = frozenset(
         "rest.after_read",  # a task's rest read the task (under its lock), not yet moved it
         "attempt.before_commit",  # a new attempt is written under the task lock, uncommitted
         "complete.before_commit",  # a completion (and a child's settlement) written, uncommitted
+        "admission.counted",  # a proposal counted its class's waiting work under the slot lock
+        "claim.slot_counted",  # a claim counted its class's running work under the slot lock
     }
 )
 

@@ -126,8 +126,9 @@ def operation_claim(
     actor = actor or execution_actor(execution_id)
     try:
         with transaction.atomic():
-            # Limits: a tool class at its concurrency limit starts nothing (slot lock first).
-            if executor == Operation.EXECUTOR_WORKER and not _slot_free_txn(operation_id, now):
+            # Limits: a tool class at its concurrency limit starts nothing (slot lock first),
+            # whoever runs it: an agent's running operation is active work as a worker's is.
+            if not _slot_free_txn(operation_id, now):
                 return Refusal("the tool class is at its concurrency limit")
             if hotpath.enabled():
                 lease = _claim_fast_txn(
@@ -163,13 +164,16 @@ def operation_claim(
 
 def _slot_free_txn(operation_id: str, now: datetime) -> bool:
     """Whether the operation's tool class has a free concurrency slot (no statement at all when
-    no class is limited). When not, the work stays due and is announced again shortly, instead
-    of waiting for the sweeper's grace period."""
+    no class is limited). When not, the work stays due; a worker's is announced again shortly,
+    instead of waiting for the sweeper's grace period (an agent's is never announced: the agent
+    claims again)."""
     if not settings.TOOL_CONCURRENCY:
         return True
-    tool = Operation.objects.filter(pk=operation_id).values_list("tool", flat=True).first()
-    if tool is None or concurrency_slot_free_txn(tool):
+    row = Operation.objects.filter(pk=operation_id).values_list("tool", "executor").first()
+    if row is None or concurrency_slot_free_txn(row[0]):
         return True
+    if row[1] != Operation.EXECUTOR_WORKER:
+        return False
     outbox_consume_txn(operation_id)
     outbox_enqueue_txn(
         topic=TOPIC_EXECUTE,

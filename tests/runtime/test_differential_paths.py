@@ -19,13 +19,15 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import models
+from django.test import override_settings
 from django.utils import timezone
 
 from runtime.cancellation import task_cancel
 from runtime.control import task_pause
 from runtime.drainers import drainable_tools
+from runtime.errors import NotClaimable
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, operation_claim, operations_claim_batch
+from runtime.leases import Lease, Refusal, agent_claim, operation_claim, operations_claim_batch
 from runtime.models import (
     BudgetHold,
     BudgetMeter,
@@ -36,7 +38,7 @@ from runtime.models import (
     RejectedObservation,
     Task,
 )
-from runtime.operations import Report, operation_report, operations_report_batch
+from runtime.operations import Report, agent_report, operation_report, operations_report_batch
 from tests import factories
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -44,7 +46,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 MODES = ("general", "fast", "batch")
 _ID = re.compile(r"\b[a-z]{2,4}_[0-9a-z]{26}\b")
 # The forms run as different agents and executions (names are unique): one placeholder each.
-_WHO = re.compile(r"(differential|worker)-(general|fast|batch)")
+_WHO = re.compile(r"(differential|worker|agent)-(general|fast|batch)")
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 
 
@@ -218,9 +220,38 @@ def scenario_stale_report_after_takeover(d: Driver, owner: factories.Principal) 
     return task
 
 
+def scenario_concurrency_limited(d: Driver, owner: factories.Principal) -> Task:
+    """One slot for the class, shared by a worker's and an agent's work: each claim counts the
+    other's running work, and a refused claim writes only its refusal (no batch takes a class
+    with a concurrency limit)."""
+    task = factories.task(owner)
+    with override_settings(TOOL_CONCURRENCY={"demo.echo": 1}):
+        ops = [_propose(owner, task, "w1"), _propose(owner, task, "w2")]
+        mine = _propose(owner, task, "agent", executor="agent")
+        agent = execution_for_agent(f"agent-{d.mode}").pk
+        first = d.claim(ops)
+        assert [lease.operation.pk for lease in first] == [ops[0].pk]
+        with pytest.raises(NotClaimable):
+            agent_claim(mine.pk, agent, actor=owner.actor.label)
+        d.report(first, [_ok("w1")])
+        held = agent_claim(mine.pk, agent, actor=owner.actor.label)
+        assert d.claim([ops[1]]) == []
+        agent_report(
+            mine,
+            actor=owner.actor.label,
+            lease_generation=held.lease_generation,
+            lease_token=held.lease_token,
+            report=_ok("agent"),
+        )
+        second = d.claim([ops[1]])
+        d.report(second, [_ok("w2")])
+    return task
+
+
 # Scenarios whose work no batch takes (a budgeted task's claims hold money: the one-operation
-# path; a paused task's work is not claimed at all).
-BATCH_DECLINES = {"budgeted", "paused_before_claim"}
+# path; a paused task's work is not claimed at all; a class with a concurrency limit is never
+# drained in batches).
+BATCH_DECLINES = {"budgeted", "paused_before_claim", "concurrency_limited"}
 
 SCENARIOS: dict[str, Callable[[Driver, factories.Principal], Task]] = {
     name.removeprefix("scenario_"): fn
