@@ -12,6 +12,7 @@ from runtime import artifact_store as store
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, UnknownChecker
 from runtime.jsonschemas import json_schema_validate, json_schema_verdict
+from runtime.keys import key_check
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
 from runtime.text import name_check
 from runtime.tools import adapter_for
@@ -183,9 +184,7 @@ class OperationCheck(Checker):
         # One check run per bytes and attempt: a run that failed or timed out stays the answer
         # for these bytes in this attempt, and a new attempt (a new pursuit) checks them anew.
         attempt = ctx.task.current_attempt.number if ctx.task.current_attempt else 1
-        key = f"{ctx.task.pk}:check:{ctx.name}:{hexdigest}" + (
-            f":a{attempt}" if attempt > 1 else ""
-        )
+        key = key_check(ctx.task.pk, ctx.name, hexdigest, attempt)
         op = ctx.propose(config["tool"], params, f"check:{ctx.name}", key)
         return operation_verdict(op, subject)
 

@@ -69,7 +69,9 @@ def _proposer(actor: Actor, task: Task) -> Any:
         op, _ = operation_propose(
             actor,
             task.pk,
-            OperationSpec(tool=tool, params=params, step=step, idempotency_key=key),
+            OperationSpec(
+                tool=tool, params=params, step=step, idempotency_key=key, key_derived=True
+            ),
         )
         return op
 

@@ -58,6 +58,13 @@ def key_compensation(original_key: str, compensating_tool: str, compensation_ver
     return f"{original_key}:compensate:{_part(compensating_tool)}:v{compensation_version}"
 
 
+def key_check(task_id: str, check: str, hexdigest: str, attempt: int = 1) -> str:
+    """A required check's run as an operation: one per check, subject digest and attempt (a new
+    attempt checks the same bytes anew). The layout of keys made before parts were escaped."""
+    suffix = f":a{attempt}" if attempt > 1 else ""
+    return f"{_part(task_id)}:check:{_part(check)}:{_part(hexdigest)}{suffix}"
+
+
 def key_notification(
     task_id: str, kind: str, recipient: str, version: int, *, attempt: int = 1
 ) -> str:

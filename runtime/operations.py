@@ -92,6 +92,9 @@ class OperationSpec:
     signal: str = ""
     timeout_seconds: int | None = None
     approval_timeout_seconds: int | None = None
+    # The runtime derived ``idempotency_key`` itself (runtime.keys; a check run's): exempt from
+    # the rule that keeps callers' keys out of the derived domains. Never set from a request.
+    key_derived: bool = False
 
 
 def _validate(spec: OperationSpec) -> None:
@@ -108,7 +111,6 @@ def _validate(spec: OperationSpec) -> None:
         raise InvalidInput(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}")
     if spec.idempotency_key is not None and not (0 < len(spec.idempotency_key) <= 300):
         raise InvalidInput("idempotency_key must have 1 to 300 characters")
-    given_key_validate(spec.idempotency_key)
     if not spec.tool:
         raise InvalidInput("tool is required for tool operations")
 
@@ -155,7 +157,9 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
     derived = spec.idempotency_key or adapter.key_for(
         task.pk, spec.step, spec.params, spec.intent_version, attempt=attempt_number
     )
-    key = operation_key(task, derived)
+    key = operation_key(task, derived)  # another owner's namespace first: 403
+    if spec.idempotency_key and not spec.key_derived:
+        given_key_validate(spec.idempotency_key)
     derived = "" if spec.idempotency_key else derived
     digest = params_hash(spec.params)
     if derived:
