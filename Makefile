@@ -11,10 +11,10 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
 .PHONY: install run test lint typecheck pytest pytest-embedded bench simulate clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e './client[pydantic-ai]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,7 +31,7 @@ lint: install
 	$(PY) -m tests.layers
 
 typecheck: install
-	$(VENV)/bin/mypy runtime console
+	$(VENV)/bin/mypy runtime console client/agent_console_client
 
 pytest: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -1,0 +1,464 @@
+"""The synchronous client: sends the core's calls with httpx.Client."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from agent_console_client import _core, errors
+from agent_console_client.models import (
+    TERMINAL_STATUSES,
+    Approval,
+    Artifact,
+    Budget,
+    Event,
+    HeartbeatAnswer,
+    LeaseGrant,
+    Operation,
+    SignalAnswer,
+    Task,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("agent_console_client")
+
+# A stream's read timeout: the server sends a keepalive after 15 quiet seconds.
+STREAM_READ_TIMEOUT = 45.0
+# Consecutive failed stream connections before following falls back to polling ``?after=``.
+STREAM_FAILURES_BEFORE_POLLING = 3
+
+
+class Client:
+    """A console client for one principal (an agent's or a script's bearer token).
+
+    ``http`` injects the httpx.Client to use (its transport, proxies, limits); the caller keeps
+    it and closes it. Without it the client makes and owns one (close it, or use ``with``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 30.0,
+        retry: _core.RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = _core.url(base_url)
+        self._headers = _core.auth_headers(token)
+        self._owns_http = http is None
+        self.http = http if http is not None else httpx.Client(timeout=timeout)
+        self.retry = retry or _core.RetryPolicy()
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        if self._owns_http:
+            self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- sending ---------------------------------------------------------------------------
+
+    def send(self, call: _core.Call[T]) -> T:
+        """Send one logical call, retrying as the policy says under the same Idempotency-Key."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.http.request(
+                    call.method,
+                    self.base_url + call.path,
+                    json=call.json,
+                    params=call.params,
+                    files=call.files,
+                    data=call.data,
+                    headers={**self._headers, **call.headers()},
+                )
+            except _core.RETRYABLE_EXCEPTIONS as exc:
+                delay = self.retry.delay(attempt, None) if call.retry else None
+                log.debug("%s %s failed (%s), retry in %s", call.method, call.path, exc, delay)
+                if delay is None:
+                    raise _core.transport_error(exc) from exc
+                self._sleep(delay)
+                continue
+            log.debug("%s %s -> %s", call.method, call.path, response.status_code)
+            if response.is_success:
+                return call.parse(response)
+            delay = self.retry.delay(attempt, response) if call.retry else None
+            if delay is None:
+                raise _core.error_for(response)
+            self._sleep(delay)
+
+    # --- tasks -----------------------------------------------------------------------------
+
+    def create_task(
+        self,
+        name: str,
+        input: dict[str, Any] | None = None,
+        *,
+        deadline_seconds: int | None = None,
+        budget: dict[str, float] | None = None,
+        parent: str | None = None,
+        required_checks: list[dict[str, Any]] | None = None,
+    ) -> Task:
+        """Create a task (``POST /tasks``); a retried create makes one task."""
+        return self.send(
+            _core.create_task(
+                name,
+                input,
+                deadline_seconds=deadline_seconds,
+                budget=budget,
+                parent=parent,
+                required_checks=required_checks,
+            )
+        )
+
+    def get_task(self, task_id: str) -> Task:
+        return self.send(_core.get_task(task_id))
+
+    def complete_task(self, task_id: str) -> Task:
+        """Ask for success; CompletionRefused names the checks that did not pass."""
+        return self.send(_core.complete_task(task_id))
+
+    def cancel_task(self, task_id: str, reason: str) -> Task:
+        return self.send(_core.cancel_task(task_id, reason))
+
+    def send_signal(self, task_id: str, name: str, payload: Any, *, event_id: str) -> SignalAnswer:
+        return self.send(_core.send_signal(task_id, name, payload, event_id))
+
+    def get_budget(self, task_id: str) -> Budget:
+        return self.send(_core.get_budget(task_id))
+
+    def upload_artifact(
+        self, task_id: str, name: str, data: bytes, media_type: str = "application/octet-stream"
+    ) -> Artifact:
+        return self.send(_core.upload_artifact(task_id, name, data, media_type))
+
+    def accept_artifact(self, artifact_id: str, expected_state_version: int) -> Artifact:
+        return self.send(_core.accept_artifact(artifact_id, expected_state_version))
+
+    # --- operations ------------------------------------------------------------------------
+
+    def propose(
+        self,
+        task_id: str,
+        tool: str,
+        params: dict[str, Any] | None = None,
+        *,
+        step: str,
+        intent_version: int | None = None,
+        estimate: dict[str, float] | None = None,
+        executor: str | None = None,
+        max_attempts: int | None = None,
+        approval_timeout_seconds: int | None = None,
+        operation_key: str | None = None,
+    ) -> Operation:
+        """Propose an operation. The same task, step, tool and parameters give the same
+        operation (the server derives its key from them), however often this is called."""
+        return self.send(
+            _core.propose(
+                task_id,
+                tool,
+                params,
+                step=step,
+                intent_version=intent_version,
+                estimate=estimate,
+                executor=executor,
+                max_attempts=max_attempts,
+                approval_timeout_seconds=approval_timeout_seconds,
+                operation_key=operation_key,
+            )
+        )
+
+    def get_operation(self, operation_id: str) -> Operation:
+        return self.send(_core.get_operation(operation_id))
+
+    def wait_operation(
+        self,
+        operation_id: str,
+        *,
+        until: frozenset[str] | set[str] = TERMINAL_STATUSES,
+        timeout: float | None = None,
+    ) -> Operation:
+        """Wait, following the task's events, until the operation's status is in ``until``;
+        OperationTimeout after ``timeout`` seconds."""
+        op = self.get_operation(operation_id)
+        if op.status in until:
+            return op
+        for event in self.iter_events(op.task, timeout=timeout):
+            if event.concerns(operation_id):
+                op = self.get_operation(operation_id)
+                if op.status in until:
+                    return op
+        op = self.get_operation(operation_id)
+        if op.status in until:
+            return op
+        raise errors.OperationTimeout(
+            f"operation {operation_id} still {op.status} after {timeout}s"
+        )
+
+    def claim(
+        self,
+        operation_id: str,
+        *,
+        heartbeat_every: float | None = None,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> Lease:
+        """A lease on an agent-executed operation, as a context manager: claims on enter,
+        heartbeats at about a third of the lease, reports a failure if the block raises."""
+        return Lease(self, operation_id, heartbeat_every=heartbeat_every, on_cancel=on_cancel)
+
+    # --- approvals (console users' tokens) -------------------------------------------------
+
+    def list_approvals(
+        self, status: str | None = "pending", task: str | None = None
+    ) -> list[Approval]:
+        return self.send(_core.list_approvals(status, task))
+
+    def get_approval(self, approval_id: str) -> Approval:
+        return self.send(_core.get_approval(approval_id))
+
+    def decide(
+        self, approval_id: str, decision: str, *, reason: str = "", params_hash: str = ""
+    ) -> Any:
+        """Approve (with the ``params_hash`` seen) or deny (with a reason) an approval."""
+        return self.send(
+            _core.decide(approval_id, decision, reason=reason, params_hash=params_hash)
+        )
+
+    def edit_approval(self, approval_id: str, params: dict[str, Any], reason: str) -> Approval:
+        return self.send(_core.edit_approval(approval_id, params, reason))
+
+    # --- events ----------------------------------------------------------------------------
+
+    def iter_events(
+        self,
+        task_id: str,
+        after: str | None = None,
+        *,
+        follow: bool = True,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        stream_seconds: float = 300.0,
+    ) -> Iterator[Event]:
+        """The task's events strictly after ``after``, oldest first, each once.
+
+        Following (the default) reads server-sent events and resumes a cut stream with
+        ``Last-Event-ID``; ids already delivered are dropped; when the stream cannot be had it
+        falls back to polling ``GET ?after=``. Without ``follow`` it pages to the end and stops.
+        ``timeout`` ends the iteration (without error) after that many seconds."""
+        cursor = _core.EventCursor(last=after)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failures = 0
+        streaming = follow
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            if not streaming:
+                page = self.send(_core.events_page(task_id, cursor.last))
+                fresh = list(cursor.fresh(page.events))
+                yield from fresh
+                if not page.events:
+                    if not follow:
+                        return
+                    self._sleep(
+                        poll_interval if remaining is None else min(poll_interval, remaining)
+                    )
+                continue
+            seconds = (
+                stream_seconds if remaining is None else max(1.0, min(stream_seconds, remaining))
+            )
+            headers = {**self._headers, "Accept": "text/event-stream"}
+            if cursor.last is not None:
+                headers["Last-Event-ID"] = cursor.last
+            timeouts = httpx.Timeout(self.http.timeout.connect, read=STREAM_READ_TIMEOUT)
+            try:
+                with self.http.stream(
+                    "GET",
+                    f"{self.base_url}{_core.API}/tasks/{task_id}/events",
+                    headers=headers,
+                    params={"max_seconds": seconds},
+                    timeout=timeouts,
+                ) as response:
+                    if not _core.is_event_stream(response):
+                        response.read()
+                        if response.status_code in (401, 403, 404) or (
+                            400 <= response.status_code < 500 and response.status_code != 406
+                        ):
+                            raise _core.error_for(response)
+                        log.info("no event stream (%s): polling", response.status_code)
+                        streaming = False
+                        continue
+                    failures = 0
+                    parser = _core.SSEParser()
+                    for line in response.iter_lines():
+                        raw = parser.feed(line)
+                        if raw is not None:
+                            yield from cursor.fresh([_core.sse_event(raw)])
+                        if deadline is not None and time.monotonic() >= deadline:
+                            return
+            except _core.RETRYABLE_EXCEPTIONS as exc:
+                failures += 1
+                log.debug("event stream cut (%s); resuming after %s", exc, cursor.last)
+                if failures >= STREAM_FAILURES_BEFORE_POLLING:
+                    log.info("event stream unavailable: polling")
+                    streaming = False
+                else:
+                    self._sleep(min(2.0, 0.1 * 2**failures))
+
+
+def _seconds_until(iso: str) -> float:
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (when - datetime.now(UTC)).total_seconds()
+
+
+def heartbeat_interval(grant: LeaseGrant, given: float | None) -> float:
+    """About a third of the lease (as granted), so two heartbeats can fail before it lapses."""
+    if given is not None:
+        return given
+    try:
+        lease = _seconds_until(grant.lease_expires_at)
+    except ValueError:
+        lease = 30.0
+    return max(0.2, lease / 3)
+
+
+class Lease:
+    """A claimed lease on an agent-executed operation (sync). Use as a context manager.
+
+    ``cancel_requested`` turns true when a heartbeat reports that the task is being cancelled
+    (``on_cancel`` is then called once, from the heartbeat thread). ``lost`` turns true when the
+    server answered ``stale_lease``: heartbeats stop, and ``complete`` raises StaleLease without
+    sending anything. The lease token never appears in ``repr`` or in logs."""
+
+    def __init__(
+        self,
+        client: Client,
+        operation_id: str,
+        *,
+        heartbeat_every: float | None = None,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.operation_id = operation_id
+        self.grant: LeaseGrant | None = None
+        self.cancel_requested = False
+        self.lost = False
+        self.completed: Operation | None = None
+        self.heartbeats = 0
+        self._every = heartbeat_every
+        self._on_cancel = on_cancel
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        generation = self.grant.lease_generation if self.grant else None
+        return (
+            f"Lease(operation={self.operation_id!r}, generation={generation}, "
+            f"lost={self.lost}, cancel_requested={self.cancel_requested})"
+        )
+
+    def __enter__(self) -> Lease:
+        grant: LeaseGrant = self.client.send(_core.claim(self.operation_id))
+        self.grant = grant
+        self._thread = threading.Thread(
+            target=self._beat,
+            args=(heartbeat_interval(self.grant, self._every),),
+            name=f"lease-{self.operation_id}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if exc is not None and exc_type is not None and self.completed is None and not self.lost:
+            message = f"{exc_type.__name__}: {exc}"[:500]
+            try:
+                self.complete("failed", error={"kind": "transient", "message": message})
+            except errors.ConsoleError as report_error:
+                log.warning(
+                    "could not report the failure of %s: %s", self.operation_id, report_error
+                )
+
+    def stop(self) -> None:
+        """Stop heartbeating (the lease then lapses unless completed)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def heartbeat(self) -> HeartbeatAnswer:
+        """One heartbeat now. StaleLease marks the lease lost and stops heartbeating."""
+        assert self.grant is not None, "claim first (enter the context manager)"
+        if self.lost:
+            raise errors.StaleLease("the lease was lost", code="stale_lease")
+        try:
+            answer = self.client.send(_core.heartbeat(self.operation_id, self.grant))
+        except errors.StaleLease:
+            self.lost = True
+            self._stop.set()
+            raise
+        self.heartbeats += 1
+        if answer.cancel_requested and not self.cancel_requested:
+            self.cancel_requested = True
+            if self._on_cancel is not None:
+                self._on_cancel()
+        return answer
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self.heartbeat()
+            except errors.StaleLease:
+                log.warning("lease on %s is stale: stopped heartbeating", self.operation_id)
+                return
+            except errors.ConsoleError as exc:
+                log.warning("heartbeat for %s failed: %s", self.operation_id, exc)
+
+    def complete(
+        self,
+        outcome: str = "succeeded",
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        usage: dict[str, float] | None = None,
+    ) -> Operation:
+        """Report the outcome under the lease. Never retried after ``stale_lease`` (raised)."""
+        assert self.grant is not None, "claim first (enter the context manager)"
+        if self.lost:
+            raise errors.StaleLease(
+                "the lease was lost: the outcome was not reported", code="stale_lease"
+            )
+        self.stop()
+        try:
+            completed: Operation = self.client.send(
+                _core.complete_operation(
+                    self.operation_id, self.grant, outcome, result=result, error=error, usage=usage
+                )
+            )
+        except errors.StaleLease:
+            self.lost = True
+            raise
+        self.completed = completed
+        return completed
