@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test lint typecheck pytest pytest-embedded bench simulate clean
+.PHONY: install run test lint typecheck pytest pytest-embedded bench simulate soak clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,14 @@ ifeq ($(DB),sqlite)
 else
 	env -u REDIS_URL DATABASE_URL=$(SIM_DATABASE_URL) $(PY) manage.py simulate $(SIM_ARGS)
 endif
+
+# The kill soak (docs/soak.md): SOAK_OPS mixed operations against a PostgreSQL cluster and a
+# Redis it starts for itself, while it kills worker children and restarts both; prints one line.
+SOAK_OPS ?= 300
+SOAK_SEED ?= 1
+
+soak: install
+	$(PY) deploy/soak.py --ops $(SOAK_OPS) --seed $(SOAK_SEED)
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache
