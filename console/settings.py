@@ -215,6 +215,12 @@ LEASE_SECONDS = _env_int("LEASE_SECONDS", 30)
 LEASE_TOKEN_KEYS = [
     k.strip() for k in os.environ.get("LEASE_TOKEN_KEYS", "").split(",") if k.strip()
 ]
+# Keys of the approval seals' HMAC (runtime.approval_seal), comma-separated: the first seals,
+# all verify. Rotate by putting the new key first; an approval sealed by a dropped key goes back
+# to a person at release. Empty: derived from SECRET_KEY and its fallbacks.
+APPROVAL_SEAL_KEYS = [
+    k.strip() for k in os.environ.get("APPROVAL_SEAL_KEYS", "").split(",") if k.strip()
+]
 SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.

@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runtime.actors import Actor
+from runtime.approval_seal import approval_seal_refusal
 from runtime.db import db_now
 from runtime.events import event_append_txn
+from runtime.hashing import params_hash
 from runtime.models import Approval, Operation, Task
 from runtime.outbox import outbox_consume_txn
 from runtime.plants import planted
 from runtime.policy import approval_decision_refusal, fresh
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import within_task_deadline
-from runtime.tools import ToolAdapter
+from runtime.tools import ToolAdapter, adapters
 from runtime.transitions import ApprovalStatus, OperationStatus
 
 A = ApprovalStatus
@@ -102,19 +104,15 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         .order_by("-proposal_version", "-created_at")
         .first()
     )
-    if (
-        latest is None
-        or latest.status not in (A.APPROVED, A.RELEASED)
-        or latest.params_hash != op.params_hash
-    ):
+    if latest is None or latest.status not in (A.APPROVED, A.RELEASED):
         return ReleaseRefused("no approval covers these parameters")
-    if latest.status == A.RELEASED:
-        return None
     # The moment of release on the database's clock: the validity was set by another host.
     at = db_now()
     if planted("release-expired"):  # a simulation's planted defect: expiry is never seen
         at = min(at, latest.expires_at - timedelta(microseconds=1))
-    if latest.expires_at <= at:
+    # Expiry first: an expiry moved earlier behind the application's back only ends the approval
+    # sooner, which is safe; moved later (or anything else changed), the seal below refuses.
+    if latest.status == A.APPROVED and latest.expires_at <= at:
         approval_transition_txn(latest, A.EXPIRED, now=now, extra_guard={"expires_at__lte": at})
         reason = "the approval expired before its work could start"
         operation_transition_txn(
@@ -128,6 +126,13 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         )
         outbox_consume_txn(op.pk)
         return ReleaseRefused(reason, returned=True)
+    # Integrity: the decision and the parameters it covers, as stored now, under its seal (a
+    # keyed MAC, runtime.approval_seal); this also covers a retry of released work.
+    tampered = approval_seal_refusal(latest, op)
+    if tampered is not None:
+        return _integrity_refused(latest, op, f"integrity check failed: {tampered}", now, actor)
+    if latest.status == A.RELEASED:
+        return None
     refusal = _approver_refusal(latest)
     if refusal is not None:
         if op.status != S.PENDING:
@@ -138,7 +143,13 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
             latest,
             A.PENDING,
             now=now,
-            fields={"decided_by": "", "decider_key": "", "decided_at": None, "reason": reason},
+            fields={
+                "decided_by": "",
+                "decider_key": "",
+                "decided_at": None,
+                "reason": reason,
+                "seal": "",
+            },
         )
         operation_transition_txn(
             op,
@@ -159,6 +170,65 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         extra_guard={"expires_at__gt": at, "params_hash": op.params_hash},
     )
     return None
+
+
+def _integrity_refused(
+    latest: Approval, op: Operation, reason: str, now: datetime, actor: str
+) -> ReleaseRefused:
+    """Nothing runs and a person decides. An approval not yet released goes back to ``pending``
+    (its operation to ``waiting_approval``), bound again, in place, to the parameters the
+    operation holds now with a fresh validity, so the person on /approvals/ sees exactly what
+    would run and why it came back; what had been approved stays in the journal event. A retry
+    of released work cannot reopen its approval: the claim settles it ``manual_intervention``
+    with the reason. Preconditions: as approval_release_txn."""
+    found = params_hash(op.params)
+    data = {
+        "approval": latest.pk,
+        "reason": reason,
+        "approved_params_hash": latest.params_hash,
+        "approved_params": latest.params,
+        "approver": latest.decided_by,
+        "params_hash": found,
+    }
+    if latest.status != A.APPROVED or op.status != S.PENDING:
+        event_append_txn(
+            task_id=op.task_id,
+            type="approval.integrity_failed",
+            state_version=op.state_version,
+            now=now,
+            operation_id=op.pk,
+            actor=actor,
+            data=data,
+        )
+        return ReleaseRefused(reason)
+    adapter = adapters().get(op.tool)
+    seconds = adapter.approval_timeout_seconds if adapter else 3600
+    approval_transition_txn(
+        latest,
+        A.PENDING,
+        now=now,
+        fields={
+            "params": op.params,
+            "params_hash": found,
+            "decided_by": "",
+            "decider_key": "",
+            "decided_at": None,
+            "reason": reason,
+            "seal": "",
+            "expires_at": within_task_deadline(now + timedelta(seconds=seconds), op.task.deadline),
+        },
+    )
+    operation_transition_txn(
+        op,
+        S.WAITING_APPROVAL,
+        now=now,
+        actor=actor,
+        fields={"status_reason": reason, "params_hash": found},
+        event_type="approval.integrity_failed",
+        data=data,
+    )
+    outbox_consume_txn(op.pk)
+    return ReleaseRefused(reason, returned=True)
 
 
 def _approver_refusal(approval: Approval) -> str | None:

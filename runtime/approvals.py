@@ -22,6 +22,7 @@ from django.utils import timezone
 from runtime.actors import SWEEPER, Actor
 from runtime.admission import queue_admit_txn
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
+from runtime.approval_seal import approval_seal
 from runtime.approval_selectors import approval_get
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -126,6 +127,10 @@ def approval_decide(
                 or op.status != S.WAITING_APPROVAL
             ):
                 raise ApprovalStale("the decision is for another proposal than the current one")
+            # Sealed over what was decided and the parameters as stored; checked at release.
+            decided["seal"] = approval_seal(
+                approval, approver=actor.key, operation_params=op.params
+            )
             approval_transition_txn(
                 approval,
                 A.APPROVED,

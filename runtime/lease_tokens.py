@@ -24,7 +24,8 @@ import hmac
 import secrets
 from typing import Any
 
-from django.conf import settings
+from runtime.keyring import key_id as keyring_key_id
+from runtime.keyring import keyring
 
 PLACEHOLDER = "$derived"
 KIND = "lease_token"
@@ -39,22 +40,19 @@ class LeaseToken(str):
     placeholder: dict[str, str]
 
 
+# The domain tag of the lease-token keys (runtime.keyring): keys and key ids as before the
+# key-list rule moved there, so tokens already issued stay valid.
+_DOMAIN = b"runtime.lease-token-key"
+
+
 def _keys() -> list[bytes]:
-    """The keys, signing key first. Unset, they derive from SECRET_KEY (and its fallbacks, so
-    Django's own rotation of SECRET_KEY carries lease tokens over)."""
-    configured = list(getattr(settings, "LEASE_TOKEN_KEYS", None) or [])
-    if not configured:
-        bases = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
-        configured = [
-            hmac.new(str(b).encode(), b"runtime.lease-token-key", hashlib.sha256).hexdigest()
-            for b in bases
-        ]
-    return [str(k).encode() for k in configured]
+    """The keys, signing key first (LEASE_TOKEN_KEYS, else derived from SECRET_KEY)."""
+    return keyring("LEASE_TOKEN_KEYS", _DOMAIN)
 
 
 def _key_id(key: bytes) -> str:
     # Public: names which key signed, and reveals nothing of it.
-    return hashlib.sha256(b"runtime.lease-token-key-id:" + key).hexdigest()[:10]
+    return keyring_key_id(key, _DOMAIN)
 
 
 def _derive(key: bytes, key_id: str, operation: str, nonce: str, execution: str) -> LeaseToken:

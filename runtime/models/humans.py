@@ -60,6 +60,9 @@ class Approval(models.Model):
     reason = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
+    # The keyed MAC over the decision and the parameters it covers, written by an approve and
+    # checked at release (runtime.approval_seal); empty until approved.
+    seal = models.CharField(max_length=100, blank=True, default="")
     state_version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField()
 

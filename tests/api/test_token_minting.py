@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from runtime.approval_seal import approval_seal
 from runtime.leases import Refusal, operation_claim
 from runtime.models import Agent, ApiToken, Approval, AuditRecord, Operation
 from runtime.tokens import CLI
@@ -123,6 +124,11 @@ def test_the_minter_is_refused_at_release_too():
         status="approved", decided_by=admin.actor.label, decider_key=admin.actor.key
     )
     Operation.objects.filter(pk=approval.operation_id).update(status="pending")
+    # Written before this rule: sealed as migration 0014 seals every decided row it finds.
+    forged = Approval.objects.get(pk=approval.pk)
+    stored = Operation.objects.get(pk=approval.operation_id).params
+    seal = approval_seal(forged, approver=forged.decider_key, operation_params=stored)
+    Approval.objects.filter(pk=approval.pk).update(seal=seal)
     claimed = operation_claim(approval.operation_id, execution_id="exe_release_test")
     assert isinstance(claimed, Refusal), claimed
     assert "minted" in claimed.reason
