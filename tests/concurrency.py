@@ -66,15 +66,27 @@ def gate_at(point: str, *thread_names: str) -> Iterator[Gate]:
 @contextmanager
 def barrier_at(point: str, parties: int) -> Iterator[threading.Barrier]:
     """Every thread reaching ``point`` waits there until ``parties`` threads have, so they all
-    go on into the window together."""
+    go on into the window together. Fails the test when, by the end of the block, fewer than
+    ``parties`` threads crossed the barrier: the window was then never forced (a renamed or
+    unreached point would otherwise pass silently). Threads started in the block must be joined
+    in it."""
     barrier = threading.Barrier(parties, timeout=30)
+    crossed: list[str] = []
+    lock = threading.Lock()
 
     def meet() -> None:
         if threading.current_thread() is not threading.main_thread():
             barrier.wait()
+            with lock:
+                crossed.append(threading.current_thread().name)
 
     with crash_point_installed(point, meet):
         yield barrier
+    if len(crossed) < parties:
+        raise AssertionError(
+            f"{len(crossed)} of {parties} threads crossed the barrier at {point!r}: "
+            "the window was never forced"
+        )
 
 
 def lock_waiters() -> int:

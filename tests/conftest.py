@@ -120,6 +120,22 @@ def redis_flush() -> None:
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
 
 
+def broker_idle() -> bool:
+    """Whether every message sent to the workers' queues has been consumed: no queue holds a
+    message and none is delivered but unacknowledged (tasks acknowledge late, after they ran:
+    kombu keeps those in its ``unacked`` hash). A test that sends duplicates polls this before
+    asserting what the duplicates did."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    for queue in settings.CELERY_QUEUES:
+        # A queue is one list per priority step, named after the queue.
+        for key in client.scan_iter(match=f"{queue}*"):
+            if client.type(key) == b"list" and client.llen(key):
+                return False
+    return not client.hlen("unacked")
+
+
 @dataclass
 class Worker:
     """One real ``celery worker`` process (main) with its prefork children."""

@@ -3,6 +3,7 @@ the rows it shows (no N+1): measured with 2 rows and with 6, the counts are equa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from tests import factories
 
 pytestmark = pytest.mark.django_db
 
+_API = ("results", "")
+
 
 def _queries(call: Callable[[], Any]) -> int:
     with CaptureQueriesContext(connection) as ctx:
@@ -24,19 +27,9 @@ def _queries(call: Callable[[], Any]) -> int:
     return len(ctx.captured_queries)
 
 
-def _world(rows: int) -> dict[str, Any]:
-    """An agent with ``rows`` tasks, the last of which has ``rows`` operations, each with an
-    invocation and some unresolved, plus a support person and an admin."""
+def _world() -> dict[str, Any]:
+    """An agent and its tasks, a support person and an admin; ``_grow`` adds the rows."""
     owner = factories.agent()
-    tasks = [factories.task(owner, name=f"t{n}") for n in range(rows)]
-    task = tasks[-1]
-    ops = [factories.operation(owner, task, params={"n": n}) for n in range(rows)]
-    for n, op in enumerate(ops):
-        Invocation.objects.create(
-            operation=op, number=1, lease_generation=1, started_at=op.created_at, outcome="lost"
-        )
-        if n % 2:
-            Operation.objects.filter(pk=op.pk).update(status="unresolved")
     admin = factories.console_user("admin")
     browser = Client()
     from django.contrib.auth import get_user_model
@@ -45,41 +38,125 @@ def _world(rows: int) -> dict[str, Any]:
     # First uses (a token's last-use touch, the brute-force counters' rows) are not per-row work.
     for principal in (owner, admin):
         assert principal.client().get("/api/v1/tasks").status_code == 200
-    return {"owner": owner, "task": task, "op": ops[0], "admin": admin, "browser": browser}
+    task = factories.task(owner, name="t0")
+    world: dict[str, Any] = {"owner": owner, "task": task, "admin": admin, "browser": browser}
+    world.update(tasks=[task.pk], ops=[], unresolved=[])
+    return world
 
 
-REQUESTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "GET /api/v1/tasks": lambda w: w["owner"].client().get("/api/v1/tasks"),
-    "GET /api/v1/tasks/{id}": lambda w: w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}"),
-    "GET /api/v1/tasks/{id}/operations": lambda w: (
-        w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}/operations")
+def _grow(world: dict[str, Any], rows: int) -> None:
+    """Grow the world to ``rows`` tasks, the first of which has ``rows`` operations, each with
+    an invocation, every other one unresolved. The admin's views see every row in the database,
+    so the same world grows between the two measurements (two worlds would show the admin both
+    in each)."""
+    owner, task = world["owner"], world["task"]
+    while len(world["tasks"]) < rows:
+        world["tasks"].append(factories.task(owner, name=f"t{len(world['tasks'])}").pk)
+    while len(world["ops"]) < rows:
+        n = len(world["ops"])
+        op = factories.operation(owner, task, params={"n": n})
+        Invocation.objects.create(
+            operation=op, number=1, lease_generation=1, started_at=op.created_at, outcome="lost"
+        )
+        if n % 2:
+            Operation.objects.filter(pk=op.pk).update(status="unresolved")
+            world["unresolved"].append(op.pk)
+        world["ops"].append(op.pk)
+    world["op"] = world["ops"][0]
+
+
+def _ids(response: Any, key: str, attribute: str) -> set[str]:
+    """The ids of the rows a response shows: a JSON list's items, or the page's rows marked
+    ``data-task`` / ``data-operation``."""
+    if response["Content-Type"].startswith("application/json"):
+        body = response.json()
+        items = body[key] if isinstance(body, dict) else body
+        return {item["id"] if key != "events" else item["operation"] for item in items} - {None}
+    return set(re.findall(rf'{attribute}="([^"]+)"', response.content.decode()))
+
+
+# Each request, and which of the world's rows it must show (so that the two measurements read
+# 2 rows and 6): (request, rows it shows, where they are in the response).
+REQUESTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str, str, str]] = {
+    "GET /api/v1/tasks": (lambda w: w["owner"].client().get("/api/v1/tasks"), "tasks", *_API),
+    "GET /api/v1/tasks/{id}": (
+        lambda w: w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}"),
+        "",
+        *_API,
     ),
-    "GET /api/v1/operations": lambda w: w["owner"].client().get("/api/v1/operations"),
-    "GET /api/v1/operations?status=unresolved": lambda w: (
-        w["admin"].client().get("/api/v1/operations?status=unresolved")
+    "GET /api/v1/tasks/{id}/operations": (
+        lambda w: w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}/operations"),
+        "ops",
+        *_API,
     ),
-    "GET /api/v1/operations/{id}": lambda w: (
-        w["owner"].client().get(f"/api/v1/operations/{w['op'].pk}")
+    "GET /api/v1/operations": (
+        lambda w: w["owner"].client().get("/api/v1/operations"),
+        "ops",
+        *_API,
     ),
-    "GET /api/v1/tasks/{id}/events": lambda w: (
-        w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}/events")
+    "GET /api/v1/operations?status=unresolved": (
+        lambda w: w["admin"].client().get("/api/v1/operations?status=unresolved"),
+        "unresolved",
+        *_API,
     ),
-    "page /": lambda w: w["browser"].get("/"),
-    "page /tasks/": lambda w: w["browser"].get("/tasks/"),
-    "page /tasks/{id}/": lambda w: w["browser"].get(f"/tasks/{w['task'].pk}/"),
-    "fragment /tasks/{id}/live": lambda w: w["browser"].get(f"/tasks/{w['task'].pk}/live"),
-    "page /unresolved/": lambda w: w["browser"].get("/unresolved/"),
+    "GET /api/v1/operations/{id}": (
+        lambda w: w["owner"].client().get(f"/api/v1/operations/{w['op']}"),
+        "",
+        *_API,
+    ),
+    "GET /api/v1/tasks/{id}/events": (
+        lambda w: w["owner"].client().get(f"/api/v1/tasks/{w['task'].pk}/events"),
+        "ops",
+        "events",
+        "",
+    ),
+    "page /": (lambda w: w["browser"].get("/"), "tasks", "", "data-task"),
+    "page /tasks/": (lambda w: w["browser"].get("/tasks/"), "tasks", "", "data-task"),
+    "page /tasks/{id}/": (
+        lambda w: w["browser"].get(f"/tasks/{w['task'].pk}/"),
+        "ops",
+        "",
+        "data-operation",
+    ),
+    "fragment /tasks/{id}/live": (
+        lambda w: w["browser"].get(f"/tasks/{w['task'].pk}/live"),
+        "ops",
+        "",
+        "data-operation",
+    ),
+    "page /unresolved/": (
+        lambda w: w["browser"].get("/unresolved/"),
+        "unresolved",
+        "",
+        "data-operation",
+    ),
 }
 
 
+def _measure(world: dict[str, Any]) -> dict[str, int]:
+    """Each request's query count, having checked that it shows exactly the world's rows."""
+    counts, wrong = {}, {}
+    for name, (request, rows, key, attribute) in sorted(REQUESTS.items()):
+        with CaptureQueriesContext(connection) as ctx:
+            response = request(world)
+        assert response.status_code == 200, (name, response.content[:300])
+        counts[name] = len(ctx.captured_queries)
+        if rows:
+            shown = _ids(response, key, attribute)
+            if shown != set(world[rows]):
+                wrong[name] = f"{len(shown)} rows, not the {len(world[rows])} {rows}"
+    assert not wrong, f"the requests do not show the rows measured: {wrong}"
+    return counts
+
+
 def test_queries_do_not_grow_with_rows():
-    small_world, large_world = _world(2), _world(6)
-    growing = {}
-    for name, request in sorted(REQUESTS.items()):
-        small = _queries(lambda r=request: r(small_world))
-        large = _queries(lambda r=request: r(large_world))
-        if small != large:
-            growing[name] = (small, large)
+    world = _world()
+    _grow(world, 2)
+    small = _measure(world)
+    _grow(world, 6)
+    assert (len(world["tasks"]), len(world["ops"]), len(world["unresolved"])) == (6, 6, 3)
+    large = _measure(world)
+    growing = {name: (small[name], large[name]) for name in small if small[name] != large[name]}
     assert not growing, f"queries (2 rows, 6 rows) grow with the rows: {growing}"
 
 

@@ -18,6 +18,7 @@ from runtime.executor import operation_execute
 from runtime.models import Approval, Event, Operation, OutboxMessage
 from runtime.sandbox import receivers
 from tests import factories
+from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
 
 
@@ -251,25 +252,23 @@ def test_two_operators_deciding_at_once_one_decision_stands():
     owner = factories.agent()
     first, second = factories.console_user("operator"), factories.console_user("operator")
     _, op, approval = _gated(owner)
-    barrier = threading.Barrier(2)
     answers: dict[str, tuple[int, dict]] = {}
 
     def decide(name, who, decision):
-        try:
-            barrier.wait(timeout=10)
-            r = _decide(who, approval, decision, reason=f"{name} decided")
-            answers[name] = (r.status_code, r.json())
-        finally:
-            connection.close()
+        r = _decide(who, approval, decision, reason=f"{name} decided")
+        answers[name] = (r.status_code, r.json())
 
-    threads = [
-        threading.Thread(target=decide, args=("a", first, "approve")),
-        threading.Thread(target=decide, args=("b", second, "deny")),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    # The first decision stops while it holds the approval's locks; the second, started then,
+    # must wait for them (seen in pg_stat_activity) before the first may commit: the two
+    # decisions overlap for certain, and the second reads what the first decided.
+    with gate_at("approval.gate_locked", "operator-a") as gate:
+        a, _ = in_thread(lambda: decide("a", first, "approve"), "operator-a")
+        assert gate.reached.wait(30), "the first decision never reached its locks"
+        b, _ = in_thread(lambda: decide("b", second, "deny"), "operator-b")
+        wait_until_blocked_on_a_lock("the second decision to wait for the first's locks")
+        gate.release()
+        for t in (a, b):
+            t.join(timeout=30)
     codes = sorted(code for code, _ in answers.values())
     assert codes == [200, 409], answers
     loser = next(body for code, body in answers.values() if code == 409)

@@ -3,6 +3,7 @@ once, duplicate deliveries harmless, a stale acceptance rejected and recorded.""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from runtime.models import Event, Execution, Invocation, Operation, RejectedObse
 from runtime.operations import Report, operation_report
 from runtime.worker import execute_operation
 from tests import factories
-from tests.conftest import wait_for
+from tests.conftest import broker_idle, wait_for
 
 pytestmark = [pytest.mark.workers, pytest.mark.postgres]
 
@@ -34,6 +35,16 @@ def test_racing_workers_accept_each_operation_once_despite_duplicate_deliveries(
         timeout=90,
         what="all operations to succeed",
     )
+    # The duplicates may still be queued when the last acceptance commits: assert only once
+    # every delivery has run and been acknowledged. Of each operation's three duplicates at most
+    # one can have claimed it, so at least two were refused (and recorded).
+    wait_for(broker_idle, timeout=90, what="every duplicate delivery to be consumed")
+    refused = Counter(
+        RejectedObservation.objects.filter(operation__task=task, kind="refused_claim").values_list(
+            "operation_id", flat=True
+        )
+    )
+    assert all(refused[op.pk] >= 2 for op in ops), refused
     for op in Operation.objects.filter(task=task):
         assert op.result == {"n": op.params["n"]}
         assert op.lease_generation == 1

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from runtime.models import Event, Invocation, Operation, OutboxMessage, Resolution
 from runtime.sandbox import receivers
 from tests import factories
+from tests.concurrency import barrier_at
 
 pytestmark: list[pytest.MarkDecorator] = []
 
@@ -136,13 +137,11 @@ def test_two_support_staff_resolving_at_once_one_wins_the_other_gets_409():
     owner = factories.agent()
     first, second = factories.console_user("support"), factories.console_user("support")
     op = _unresolved(owner)
-    barrier = threading.Barrier(2)
     answers: dict[str, tuple[int, dict]] = {}
 
     def resolve(name: str, who, resolution: str) -> None:
         try:
             client = who.client()
-            barrier.wait(timeout=10)
             response = _resolve(client, op, resolution, f"{name} checked")
             answers[name] = (response.status_code, response.json())
         finally:
@@ -152,10 +151,13 @@ def test_two_support_staff_resolving_at_once_one_wins_the_other_gets_409():
         threading.Thread(target=resolve, args=("a", first, "succeeded")),
         threading.Thread(target=resolve, args=("b", second, "no_effect")),
     ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    # Both have read the operation at the same version before either takes its lock (the
+    # barrier fails the test unless both reached it): the overlap is forced, not hoped for.
+    with barrier_at("resolve.before_lock", 2):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
     codes = sorted(code for code, _ in answers.values())
     assert codes == [200, 409], answers
     loser = next(body for code, body in answers.values() if code == 409)

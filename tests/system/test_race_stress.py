@@ -42,6 +42,11 @@ SHAPES = [
     ("demo.notify", {"to": "ops@example.com", "message": "hi"}),
 ]
 LIVE = ("pending", "running", "retry_scheduled", "compensating")
+# What the run must at least have done for its checks to mean anything (a run stops 8 tasks, of
+# which some may end on their own first, and commits a few dozen effects).
+MIN_STOPS = 4
+MIN_STOPS_IN_FLIGHT = 2
+MIN_EFFECTS = 2
 
 
 def test_random_stops_against_racing_workers_keep_every_invariant(workers):
@@ -59,6 +64,7 @@ def test_random_stops_against_racing_workers_keep_every_invariant(workers):
 
     # Stop two thirds of the tasks at random moments while their work is in flight.
     stops = rng.sample(tasks, 8)
+    accepted = 0
     for owner, task in stops:
         wait_for(
             lambda t=task: Event.objects.filter(task=t, type="operation.claimed").exists(),
@@ -68,6 +74,7 @@ def test_random_stops_against_racing_workers_keep_every_invariant(workers):
         stop = task_cancel if rng.random() < 0.5 else task_fail
         with contextlib.suppress(TaskRefused):  # the task may have ended on its own first
             stop(owner.actor, task.pk, "stress")
+            accepted += 1
 
     def settled() -> bool:
         return not Operation.objects.filter(
@@ -80,6 +87,9 @@ def test_random_stops_against_racing_workers_keep_every_invariant(workers):
     assert "deadlock detected" not in logs
     assert "IntegrityError" not in logs
 
+    # The run stressed what it claims to: stops were accepted, several while work of their
+    # task was running (a claim before the stop settled after it), and effects were committed.
+    stopped = in_flight = 0
     for _, task in tasks:
         stop = (
             Event.objects.filter(task=task, type__in=("task.cancel_requested", "task.failed"))
@@ -88,6 +98,18 @@ def test_random_stops_against_racing_workers_keep_every_invariant(workers):
         )
         if stop is None:
             continue
+        stopped += 1
+        running = set(
+            Event.objects.filter(task=task, type="operation.claimed", seq__lt=stop.seq).values_list(
+                "operation_id", flat=True
+            )
+        )
+        settled_after = set(
+            Event.objects.filter(task=task, seq__gt=stop.seq, operation_id__in=running)
+            .filter(data__has_key="to")
+            .values_list("operation_id", flat=True)
+        )
+        in_flight += bool(settled_after)
         late = Event.objects.filter(
             task=task,
             type="operation.claimed",
@@ -96,9 +118,16 @@ def test_random_stops_against_racing_workers_keep_every_invariant(workers):
         )
         assert not late.exists(), f"claimed after the stop: {list(late.values('operation'))}"
 
+    effects = {}
     for model in (Charge, Reservation, Notification):
         rows = model.objects.all()
         if model is Charge:
             rows = rows.filter(kind="charge")
         per_key = Counter(rows.values_list("key", flat=True))
         assert all(n == 1 for n in per_key.values()), (model.__name__, per_key.most_common(3))
+        effects[model.__name__] = len(per_key)
+    counts = {"stops": (accepted, stopped), "in flight": in_flight, "effects": effects}
+    print(counts)
+    assert accepted == stopped >= MIN_STOPS, counts
+    assert in_flight >= MIN_STOPS_IN_FLIGHT, counts
+    assert all(n >= MIN_EFFECTS for n in effects.values()), counts
