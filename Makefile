@@ -44,8 +44,10 @@ pytest-embedded: install
 
 test: lint typecheck pytest pytest-embedded
 
-# The side-by-side benchmark (ours, plain Celery, DBOS, REST, reads) on its own database
-# (agent_console_bench on the same server) and Redis db 3; BENCH_QUICK=1 runs every part small.
+# The benchmark (docs/benchmark.md): the one-operation path over HTTP on the stack `make run`
+# starts, beside plain Celery and DBOS with the same processes, on its own database
+# (agent_console_bench on the same server) and a Redis server it starts for itself (the URL
+# below is the fallback and the model for its persistence); BENCH_QUICK=1 runs every part small.
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console_bench
 BENCH_REDIS_URL ?= redis://127.0.0.1:6379/3
 BENCH_STAMP := $(VENV)/.bench-stamp
