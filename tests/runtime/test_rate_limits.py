@@ -152,7 +152,9 @@ def test_while_redis_is_away_failures_are_counted_in_the_database(transactional_
     from runtime import ratelimits
     from tests.conftest import free_port
 
-    away = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    # As the runtime makes its client (from the URL): a refused connection fails at once (a
+    # client built with a connect timeout retries with backoff, seconds per call).
+    away = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setattr(ratelimits, "_redis", lambda: away)
     limit = Limit("test", 2, 120)
     backoff = Backoff("test-delay", 0, 30, 60, 120)
