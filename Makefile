@@ -3,25 +3,41 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Two install sets: what running needs (`make run`: the project alone) and what developing needs
+# (`make test` and its parts: test, lint, typing and browser tools, the client). The dev stamp
+# keeps its name: scripts wait for it.
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 
 # The suite's services (started by .ci/run when installed but stopped).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test lint typecheck pytest pytest-embedded bench simulate soak clean
+.PHONY: install install-run run schema test lint typecheck pytest pytest-embedded bench simulate soak clean
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) pyproject.toml client/pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' -e './client[pydantic-ai]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-run: install
+install-run: $(RUN_STAMP)
+
+# Only what running needs (tests/system/test_install_sets.py keeps the test tools out of it).
+run: install-run
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py runstack
+
+# The committed API reference, docs/openapi.yaml, from the code (tests/system/test_openapi_file.py
+# fails when they differ).
+schema: install-run
+	$(PY) manage.py spectacular --file docs/openapi.yaml --validate --fail-on-warn
 
 # ruff (PLC0415 refuses function-level imports) and the import contract: no cycles, the domain
 # never imports the console, nothing imports the worker (tests/layers.py).

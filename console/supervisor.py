@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -34,17 +35,32 @@ class Supervisor:
         period: float = 60.0,
         backoff: float = 0.5,
         log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+        log_dir: Path | None = None,
     ) -> None:
         self.children = [Child(name, cmd) for name, cmd in commands.items()]
         self.env = env
+        # With a directory, each child's output is appended to <name>.log there instead of the
+        # terminal, which then shows only what a person needs (make run's accounts, restarts).
+        self.log_dir = log_dir
         self.max_restarts = max_restarts
         self.period = period
         self.backoff = backoff
         self.log = log
         self.stopping = False
 
+    def log_file(self, name: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{name}.log"
+
     def _spawn(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.command, env=self.env)
+        path = self.log_file(child.name)
+        if path is None:
+            child.proc = subprocess.Popen(child.command, env=self.env)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("ab") as out:  # the child keeps its own copy of the descriptor
+                child.proc = subprocess.Popen(
+                    child.command, env=self.env, stdout=out, stderr=subprocess.STDOUT
+                )
         child.restart_at = None
 
     def run(self) -> int:
@@ -81,7 +97,11 @@ class Supervisor:
                     self.stopping = True
                     break
                 pause = min(30.0, self.backoff * 2 ** (len(child.deaths) - 1))
-                self.log(f"{child.name} exited with {child.proc.returncode}; restart in {pause}s")
+                where = self.log_file(child.name)
+                self.log(
+                    f"{child.name} exited with {child.proc.returncode}; restart in {pause}s"
+                    + (f" (its log: {where})" if where else "")
+                )
                 child.restart_at = now + pause
             time.sleep(0.2)
         self._stop_all()

@@ -1,6 +1,8 @@
 """``make run`` with no services: SQLite, the SQLAlchemy broker, the in-memory channel layer. The
 whole stack (web + celery worker + beat) starts from one command, runs an operation end to end
-over HTTP, and stops on Ctrl-C without leaving a process behind."""
+over HTTP, and stops on Ctrl-C without leaving a process behind. The terminal stays quiet: the
+processes log to files under the data directory, and the demo accounts and the URL are the last
+lines printed, however many requests and sweeps follow."""
 
 from __future__ import annotations
 
@@ -110,6 +112,22 @@ def test_runstack_runs_an_operation_end_to_end_and_stops_cleanly_on_sigint(tmp_p
             assert found, accounts.read_text()
             token = found.group(1)
             assert token in output()  # printed once, on the first start
+
+            # The accounts and the URL come last, once the server answers, and nothing follows.
+            announced = wait_for(
+                lambda: (text := output()).rstrip().endswith("Ctrl-C stops.") and text,
+                timeout=30,
+                what=f"the URL line last:\n{output()}",
+            )
+            last = announced.rstrip().splitlines()[-6:]
+            assert last[0] == "Demo accounts (created on first start):", last
+            assert [line.split()[:3] for line in last[1:4]] == [
+                ["console", "user", "operator"],
+                ["console", "user", "support"],
+                ["console", "user", "admin"],
+            ], last
+            assert last[4] == f"  agent token (demo-agent): {token}", last
+            assert last[5].startswith("Agent console (embedded") and f"{base}/ " in last[5], last
             headers = {"Authorization": f"Bearer {token}"}
 
             created = client.post(
@@ -166,6 +184,15 @@ def test_runstack_runs_an_operation_end_to_end_and_stops_cleanly_on_sigint(tmp_p
             assert content.content == report
             stored = list((data_dir / "media" / "artifacts" / "sha256").rglob("*"))
             assert [p.read_bytes() for p in stored if p.is_file()] == [report]
+
+        # Requests, the operation and sweeps went to the processes' log files, not the terminal.
+        wait_for(
+            lambda: "beat: sweeping" in (data_dir / "logs" / "beat.log").read_text(),
+            timeout=30,
+            what="beat's log",
+        )
+        assert '"POST /api/v1/tasks HTTP/1.1" 201' in (data_dir / "logs" / "web.log").read_text()
+        assert output() == announced, output()[len(announced) :]
 
         started = _session_members(stack.pid)
         commands = " ".join(f"{cmd} " for _, cmd in started)

@@ -1,13 +1,23 @@
 """Run the whole system in the foreground: web (console.server: uvicorn, ASGI), a Celery worker
 with WORKERS prefork children, and beat (the sweeper's process, `manage.py beat`), under a
 supervisor: a process that dies is restarted, one that keeps dying stops the stack. Ctrl-C
-stops all three."""
+stops all three.
+
+In embedded mode (what `make run` gives a first-time user) the three processes log to
+DATA_DIR/logs/<name>.log, and the terminal shows, once the web server answers, where the logs
+are, the demo accounts and the URL, last, so that request and sweep lines never bury them.
+`--logs terminal` (the default with services, where an orchestrator collects output) keeps
+every process's output on the terminal."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +43,22 @@ class Command(BaseCommand):
             default="web,worker,beat",
             help="comma-separated processes to run (web, worker, beat)",
         )
+        parser.add_argument(
+            "--logs",
+            choices=("file", "terminal"),
+            default=None,
+            help="where the processes log: files under DATA_DIR/logs (default in embedded "
+            "mode) or this terminal (default with services)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         only = {p.strip() for p in options["only"].split(",") if p.strip()}
         if options["no_beat"]:
             only.discard("beat")
         embedded = settings.EMBEDDED_DATABASE
-        if embedded:
-            self._demo_accounts()
+        accounts = self._demo_accounts() if embedded else ""
+        to_file = (options["logs"] or ("file" if embedded else "terminal")) == "file"
+        log_dir = Path(settings.DATA_DIR) / "logs" if to_file else None
         python = sys.executable
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -84,27 +102,59 @@ class Command(BaseCommand):
                 "beat",
             ]
         mode = "embedded (SQLite, no Redis)" if embedded else "services"
-        self.stdout.write(
-            f"Agent console ({mode}) on http://{options['host']}:{options['port']}/ "
-            f"- lease {settings.LEASE_SECONDS}s, sweep {settings.SWEEP_SECONDS}s, "
-            f"{settings.WORKERS} worker process(es). Ctrl-C stops."
+        url = f"http://{options['host']}:{options['port']}/"
+        banner = []
+        if log_dir is not None:
+            banner.append(
+                f"Logs: {log_dir}/{{{','.join(n for n in commands if n in only)}}}.log "
+                "(--logs terminal shows them here)."
+            )
+        if accounts:
+            banner.append(accounts.rstrip("\n"))
+        banner.append(
+            f"Agent console ({mode}) on {url} - lease {settings.LEASE_SECONDS}s, "
+            f"sweep {settings.SWEEP_SECONDS}s, {settings.WORKERS} worker process(es). "
+            "Ctrl-C stops."
         )
-        self.stdout.flush()
         supervisor = Supervisor(
             {name: cmd for name, cmd in commands.items() if name in only},
             env,
             log=lambda line: self.stderr.write(line),
+            log_dir=log_dir,
         )
+        if "web" in only:
+            # Printed once the server answers: after the processes' start-up lines, if any.
+            probe = f"http://{_probe_host(options['host'])}:{options['port']}/healthz"
+            threading.Thread(
+                target=self._announce_when_ready, args=(probe, banner), daemon=True
+            ).start()
+        else:
+            self._announce(banner)
         sys.exit(supervisor.run())
 
-    def _demo_accounts(self) -> None:
+    def _announce(self, lines: list[str]) -> None:
+        self.stdout.write("\n".join(lines))
+        self.stdout.flush()
+
+    def _announce_when_ready(self, probe: str, lines: list[str], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(probe, timeout=2):  # noqa: S310 (our own server)
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers (503 while the broker is not ready yet): the page works
+            except OSError:
+                time.sleep(0.2)
+        self._announce(lines)
+
+    def _demo_accounts(self) -> str:
         """On the first embedded start: one console user per role and a demo agent token,
-        printed once and kept in DATA_DIR/demo-accounts.txt (mode 600)."""
+        kept in DATA_DIR/demo-accounts.txt (mode 600); returns what to print (the accounts
+        once, then where the file is)."""
         path = Path(settings.DATA_DIR) / "demo-accounts.txt"
         if get_user_model().objects.exists():
-            if path.exists():
-                self.stdout.write(f"Demo accounts: see {path}")
-            return
+            return f"Demo accounts: see {path}" if path.exists() else ""
         lines = ["Demo accounts (created on first start):"]
         for role in ROLES:
             password = secrets.token_urlsafe(9)
@@ -115,4 +165,11 @@ class Command(BaseCommand):
         text = "\n".join(lines) + "\n"
         path.write_text(text)
         path.chmod(0o600)
-        self.stdout.write(text)
+        return text
+
+
+def _probe_host(host: str) -> str:
+    """Where to ask for /healthz: a wildcard address is reached on the loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(  # noqa: S104
+        host, f"[{host}]" if ":" in host else host
+    )
