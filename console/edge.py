@@ -35,6 +35,7 @@ from rest_framework.request import Request
 from console.api.auth import BearerTokenAuthentication
 from console.api.errors import exception_handler
 from console.middleware import is_api, refusal
+from console.web.interrupted import login_next
 from runtime.errors import DomainError
 
 # Routes anyone may send a (small) body to: logging in must read its form; the rest ignore it.
@@ -181,8 +182,9 @@ def _api_refusal(exc: Exception) -> Answer:
 
 
 def _login(request: HttpRequest) -> HttpResponse:
-    # As login_required answers: LOGIN_URL is on this site, so "next" is the path and query.
-    return redirect_to_login(request.get_full_path())
+    # As console_view answers: a form goes back to the page it came from, marked not taken
+    # (never to GET the form's URL after the login).
+    return redirect_to_login(login_next(request))
 
 
 def too_large(upload: bool, limit: int | None) -> Answer:

@@ -17,6 +17,9 @@
   function setStatus(state) {
     var el = document.getElementById("live-status");
     if (!el) return;
+    // Hidden until the page follows something (data-live): a page that is not live has no
+    // connection to be offline from.
+    el.hidden = false;
     el.dataset.state = state;
     el.textContent = LABELS[state] || state;
   }
@@ -171,6 +174,23 @@
     },
     refresh: refresh
   };
+
+  // What cannot be undone asks first: a submit button (or its form) carrying data-confirm
+  // names what will happen; dismissing the question sends nothing. "{count}" in the text is
+  // the number of ticked "selected" boxes that belong to the form (bulk decisions).
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var button = ev.submitter;
+    var text = (button && button.getAttribute("data-confirm")) || form.getAttribute("data-confirm");
+    if (!text) return;
+    if (text.indexOf("{count}") >= 0) {
+      var n = Array.prototype.filter.call(form.elements, function (c) {
+        return c.name === "selected" && c.checked;
+      }).length;
+      text = text.split("{count}").join(String(n));
+    }
+    if (!window.confirm(text)) ev.preventDefault();
+  }, true);
 
   // Pages declare what they follow in data attributes (no inline script: the page's
   // Content-Security-Policy allows script only from static/).

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.api.auth import client_address
+from console.web.interrupted import after_login
 from runtime.ratelimits import (
     RateLimited,
     backoff_check,
@@ -24,6 +25,11 @@ from runtime.ratelimits import (
 
 class LoginView(auth_views.LoginView):
     template_name = "console/login.html"
+
+    def get_success_url(self) -> str:
+        # A form sent while signed out comes back to its page with a message saying it was
+        # not taken (console.web.interrupted).
+        return after_login(super().get_success_url(), self.request)
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         per_account, per_address = login_limits()

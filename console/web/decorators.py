@@ -7,10 +7,11 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import render
 
+from console.web.interrupted import login_next
 from runtime import policy
 from runtime.actors import actor_for_user
 
@@ -20,9 +21,12 @@ View = Callable[..., HttpResponse]
 def console_view(view: View) -> View:
     """Login required, and a console role (operator, support or admin) to see anything."""
 
-    @login_required
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            # A form sent signed out goes back to its page after the login, marked not taken
+            # (console.web.interrupted); a page comes back to itself.
+            return redirect_to_login(login_next(request))
         actor = actor_for_user(int(str(request.user.pk)), request.user.get_username())
         if not policy.allowed(policy.can_use_console, actor):
             return HttpResponseForbidden(

@@ -5,6 +5,7 @@ goes through the same runtime service as the REST API, which checks the right.""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,12 +26,21 @@ from runtime.models import Operation
 from runtime.text import char_hidden
 from runtime.transitions import ApprovalStatus
 
+# Why a decision was not taken, in the words of the sentence "Nothing was decided on X: ...".
 _CODES = {
-    "approval_stale": "the proposal changed since you looked (stale)",
-    "approval_expired": "the request expired",
-    "approval_decided": "someone already decided it",
+    "approval_stale": "its parameters changed since you looked (stale); read them again",
+    "approval_expired": "it expired first; an admin can renew it on the Waits page",
+    "approval_decided": "someone else decided it first",
     "not_authorized": "you may not decide it",
 }
+_DECIDED = {
+    ApprovalStatus.APPROVED: "Request {id} is approved: its action runs now.",
+    ApprovalStatus.RELEASED: "Request {id} is approved: its action runs now.",
+    ApprovalStatus.DENIED: "Request {id} is denied: its action will not run.",
+}
+# Currency symbols for the codes people meet most; any other code is written after the amount.
+_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
+DEFAULT_CURRENCY = "USD"  # params without a "currency" (the demo's charges) are in US cents
 
 
 def _filters(request: HttpRequest) -> dict[str, str]:
@@ -53,7 +63,6 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
         task_id=filters["task"] or None,
         limit=200,
     ):
-        amount = a.params.get("amount_cents") if isinstance(a.params, dict) else None
         rows.append(
             {
                 "a": a,
@@ -64,11 +73,47 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                     {**d, "before": json_text(d["before"]), "after": json_text(d["after"])}
                     for d in params_diff(a)
                 ],
-                "amount": f"{amount / 100:,.2f}" if isinstance(amount, int) else None,
+                "amount": money(a.params),
                 "left": time_left(a.expires_at, now),
                 "refusal": policy.approval_decision_refusal(person, a),
             }
         )
+    return rows
+
+
+def money(params: Any) -> str | None:
+    """``amount_cents`` as people read money, with its currency and the exact cents:
+    "$120.00 (12000 cents)". The currency is params' ``currency`` (an ISO 4217 code), else USD.
+    None when params carry no integer amount."""
+    if not isinstance(params, dict):
+        return None
+    cents = params.get("amount_cents")
+    if not isinstance(cents, int) or isinstance(cents, bool):
+        return None
+    code = params.get("currency")
+    if not (isinstance(code, str) and len(code) == 3 and code.isascii() and code.isalpha()):
+        code = DEFAULT_CURRENCY
+    code = code.upper()
+    major = f"{Decimal(abs(cents)).scaleb(-2):,.2f}"  # exact: no float rounding of large sums
+    sign = "-" if cents < 0 else ""
+    symbol = _SYMBOLS.get(code)
+    shown = f"{sign}{symbol}{major}" if symbol else f"{sign}{major} {code}"
+    return f"{shown} ({cents} cents)"
+
+
+def _expired_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:
+    """Approval requests that expired undecided and still wait for an admin (renew, transform
+    or end on /waits/): kept in sight on the inbox instead of vanishing."""
+    rows = []
+    for wait in waits.expired_waits_with_approvals(actor):
+        approval = wait.approval
+        if approval is None:
+            continue
+        if filters["tool"] and approval.tool != filters["tool"]:
+            continue
+        if filters["task"] and approval.task_id != filters["task"]:
+            continue
+        rows.append({"a": approval, "op": wait.operation, "amount": money(approval.params)})
     return rows
 
 
@@ -86,6 +131,8 @@ def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     query = urlencode({k: v for k, v in filters.items() if v})
     return {
         "rows": _approval_rows(actor, filters),
+        "expired": _expired_rows(actor, filters),
+        "can_manage_waits": policy.allowed(policy.can_manage_waits, actor),
         "filters": filters,
         "tools": tools,
         "can_decide": policy.allowed(policy.can_edit_approval, actor),
@@ -139,10 +186,18 @@ def approval_decide(request: HttpRequest, actor: Actor, approval_id: str) -> Htt
     except NotAuthorized:
         raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
-        messages.error(request, f"{approval_id}: refused, {_CODES.get(exc.code, exc.message)}.")
+        messages.error(request, _not_decided(approval_id, exc.code, exc.message))
         return _back(request)
-    messages.success(request, f"{approval.pk}: {approval.status}.")
+    messages.success(request, _decided(approval.pk, approval.status))
     return _back(request)
+
+
+def _decided(approval_id: str, status: str) -> str:
+    return _DECIDED.get(status, "Request {id} is now " + status + ".").format(id=approval_id)
+
+
+def _not_decided(approval_id: str, code: str, message: str) -> str:
+    return f"Nothing was decided on {approval_id}: {_CODES.get(code, message)}."
 
 
 @require_POST
@@ -155,19 +210,27 @@ def approvals_bulk(request: HttpRequest, actor: Actor) -> HttpResponse:
     for value in request.POST.getlist("selected")[: approvals.MAX_BULK + 1]:
         approval_id, _, digest = value.partition("|")
         items.append(approvals.BulkItem(approval_id, decision, reason, digest))
+    if not items:
+        messages.error(request, "Tick at least one request first: nothing was decided.")
+        return _back(request)
+    if len(items) > approvals.MAX_BULK:
+        messages.error(
+            request,
+            f"Select at most {approvals.MAX_BULK} requests at a time: nothing was decided.",
+        )
+        return _back(request)
     try:
         results = approvals.approval_decide_bulk(actor, items)
     except DomainError as exc:
-        messages.error(request, f"Nothing decided: {exc.message}.")
+        messages.error(request, f"Nothing was decided: {exc.message}.")
         return _back(request)
     for result in results:
         if result["status"] == 200:
-            messages.success(request, f"{result['approval']}: {result['approval_status']}.")
+            messages.success(request, _decided(result["approval"], result["approval_status"]))
         else:
-            code = result["error"]["code"]
+            error = result["error"]
             messages.error(
-                request,
-                f"{result['approval']}: refused, {_CODES.get(code, result['error']['message'])}.",
+                request, _not_decided(result["approval"], error["code"], error["message"])
             )
     return _back(request)
 
@@ -179,7 +242,9 @@ def approval_edit(request: HttpRequest, actor: Actor, approval_id: str) -> HttpR
     try:
         params = json.loads(request.POST.get("params", ""))
     except ValueError:
-        messages.error(request, f"{approval_id}: the parameters are not valid JSON.")
+        messages.error(
+            request, f"Your edit of {approval_id} was not saved: the parameters are not valid JSON."
+        )
         return _back(request)
     try:
         if not isinstance(params, dict):
@@ -194,11 +259,14 @@ def approval_edit(request: HttpRequest, actor: Actor, approval_id: str) -> HttpR
         raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
         messages.error(
-            request, f"{approval_id}: edit refused, {_CODES.get(exc.code, exc.message)}."
+            request,
+            f"Your edit of {approval_id} was not saved: {_CODES.get(exc.code, exc.message)}.",
         )
         return _back(request)
     messages.success(
-        request, f"Proposal version {new.proposal_version} ({new.pk}) now needs another approver."
+        request,
+        f"Saved. Proposal version {new.proposal_version} ({new.pk}) now waits for another "
+        "operator: the editor of a proposal may not approve it.",
     )
     return _back(request)
 
@@ -253,25 +321,54 @@ def wait_action(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRe
             op: Operation = waits.wait_renew(
                 actor, operation_id, expires_in_seconds=seconds, reason=reason
             )
-            messages.success(request, f"{op.pk}: renewed, now {op.status}.")
+            messages.success(request, _renewed(op))
         elif action == "transform":
             op = waits.wait_transform(actor, operation_id, reason=reason)
-            messages.success(request, f"{op.pk}: transformed, now {op.status}.")
+            messages.success(
+                request,
+                f"Operation {op.pk} is cancelled"
+                + (", its request denied" if op.approval_required else "")
+                + ": it will not run, and its agent is told so.",
+            )
         elif action == "end":
             task = waits.wait_end_task(actor, operation_id, reason=reason)
             messages.success(
-                request, f"Task {task.pk} ended ({task.outcome or task.cancellation})."
+                request,
+                f"Task {task.pk} has ended ({task.outcome})."
+                if task.outcome
+                else f"Task {task.pk} is being stopped: no new work starts.",
             )
         else:
             raise InvalidInput("unknown action")
     except NotAuthorized:
         raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
-        messages.error(request, f"{operation_id}: refused, {exc.message}.")
+        messages.error(request, f"Nothing was done to {operation_id}: {exc.message}.")
     return HttpResponseRedirect("/waits/")
 
 
+def _renewed(op: Operation) -> str:
+    if op.status == "waiting_approval":
+        return f"Renewed {op.pk}: it waits for an operator's decision again, on Approvals."
+    return f"Renewed {op.pk}: it waits for its signal again."
+
+
 # --- task control (pause / resume / steer) ------------------------------------------------------
+
+_COMMANDED = {
+    ("pause", "applied"): "Paused: the task starts no new work until it is resumed.",
+    ("pause", "no_change"): "The task was already paused; nothing changed.",
+    ("resume", "applied"): "Resumed: the task goes on.",
+    ("resume", "no_change"): "The task was not paused; nothing changed.",
+    ("steer", "applied"): "Direction sent: the agent reads it with its next step.",
+    ("steer", "no_change"): "The agent already had that direction; nothing changed.",
+}
+
+
+def _commanded(kind: str, disposition: str, detail: str) -> str:
+    if disposition == "refused":
+        return f"Nothing was done ({kind}): {detail or 'refused'}."
+    return _COMMANDED.get((kind, disposition), f"{kind}: {disposition}.")
 
 
 @require_POST
@@ -293,7 +390,11 @@ def task_control(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespon
     except NotAuthorized:
         raise  # a 403 page, not a message: the right is missing, not the moment
     except DomainError as exc:
-        messages.error(request, f"Refused: {exc.message}.")
+        messages.error(request, f"Nothing was done: {exc.message}.")
     else:
-        messages.success(request, f"{command.kind} {command.pk}: {command.disposition}.")
+        messages.add_message(
+            request,
+            messages.ERROR if command.disposition == "refused" else messages.SUCCESS,
+            _commanded(command.kind, command.disposition, command.detail),
+        )
     return HttpResponseRedirect(f"/tasks/{task_id}/")

@@ -28,6 +28,31 @@ _LABELS = {
 }
 
 
+# What each resolution does, asked before it is taken (static/console.js: data-confirm).
+_CONFIRMS = {
+    "succeeded": "Mark operation {id} ({tool}) as succeeded? The task carries on as if the "
+    "effect happened.",
+    "no_effect": "Mark operation {id} ({tool}) as having had no effect? It counts as failed.",
+    "retry_same_key": "Retry operation {id} ({tool}) under the same idempotency key? The "
+    "receiver is called again.",
+    "lookup": "Ask the receiver what became of operation {id} ({tool})? Its answer settles it.",
+    "compensate": "Compensate operation {id} ({tool})? Its compensating tool runs to undo the "
+    "effect.",
+}
+# How an operation stands after its resolution, in words.
+_NOW = {
+    "succeeded": "now succeeded",
+    "failed": "now failed, with no effect",
+    "pending": "queued to run again",
+    "compensating": "being compensated",
+}
+
+
+def _confirm(resolution: str, op: Operation) -> str:
+    asked = _CONFIRMS.get(resolution, "Resolve operation {id} ({tool})?")
+    return asked.format(id=op.pk, tool=op.tool or op.kind) + " This cannot be undone."
+
+
 def _rows(actor: Actor) -> list[dict[str, Any]]:
     rows = []
     queue = resolutions.unresolved_queue(actor)
@@ -38,7 +63,9 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
             {
                 "op": op,
                 "contract": contract_of(op.tool),
-                "actions": [(a, _LABELS[a]) for a in resolutions.resolutions_allowed(op)],
+                "actions": [
+                    (a, _LABELS[a], _confirm(a, op)) for a in resolutions.resolutions_allowed(op)
+                ],
                 "params": json_text(op.params),
                 "invocations": [
                     {"inv": inv, "receipt": None if inv.receipt is None else json_text(inv.receipt)}
@@ -92,7 +119,11 @@ def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRespon
         if exc.code == "state_version_mismatch":
             messages.error(request, "Someone else changed this operation first; nothing was done.")
         else:
-            messages.error(request, f"Refused: {exc.message}")
+            messages.error(request, f"Nothing was done to {operation_id}: {exc.message}.")
         return HttpResponseRedirect("/unresolved/")
-    messages.success(request, f"{op.pk}: {_LABELS.get(resolution, resolution)} → now {op.status}.")
+    messages.success(
+        request,
+        f"Resolved operation {op.pk} ({_LABELS.get(resolution, resolution).lower()}): "
+        f"it is {_NOW.get(op.status, 'now ' + op.status)}.",
+    )
     return HttpResponseRedirect("/unresolved/")

@@ -53,7 +53,14 @@ def token_revoke(request: HttpRequest, actor: Actor, token_id: str) -> HttpRespo
     if token is None:
         raise NotFound("no such token")
     if tokens.token_revoke(token.pk, revoked_by=actor.label):
-        messages.success(request, f"Token {token.name} ({token.prefix}) revoked.")
+        messages.success(
+            request,
+            f"The token '{token.name}' ({token.prefix}) is revoked: its next request is refused "
+            "and its open event streams end.",
+        )
     else:
-        messages.info(request, f"Token {token.name} ({token.prefix}) was already revoked.")
+        messages.info(
+            request,
+            f"The token '{token.name}' ({token.prefix}) was already revoked: nothing changed.",
+        )
     return HttpResponseRedirect("/tokens/")

@@ -22,6 +22,7 @@ from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
 from console.middleware import is_api, refusal
 from console.web.decorators import console_view
+from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
 from runtime import attempts, budgets, cancellation, operations, policy, tasks
 from runtime import events as journal
@@ -47,7 +48,10 @@ def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    return refusal(request, 403, "not_authorized", "the form's CSRF check failed; reload the page")
+    if is_api(request):
+        return refusal(request, 403, "not_authorized", "the form's CSRF check failed")
+    # A page form: nothing was done; back to its page, told so (not a bare refusal).
+    return form_expired(request)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -263,5 +267,11 @@ def task_cancel(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     if len(reason) > 2000:
         raise InvalidInput("reason is longer than 2000 characters")
     task = cancellation.task_cancel(actor, task_id, reason)
-    messages.success(request, f"Cancellation {task.cancellation}.")
+    if task.cancellation == "quiescent":
+        messages.success(request, "The task is cancelled: nothing of it runs any more.")
+    else:
+        messages.success(
+            request,
+            "The task is being cancelled: no new work starts, and what still runs is stopped.",
+        )
     return HttpResponseRedirect(f"/tasks/{task.pk}/")

@@ -12,7 +12,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlencode, urlparse
 
 import pytest
 from django.conf import settings
@@ -124,7 +124,10 @@ def test_an_anonymous_page_form_is_sent_to_the_login_before_its_body(web):
     headers = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "100000000"}
     status, response_headers, _ = _answered_with_head_only(web, "POST", path, headers)
     assert status == 302
-    assert response_headers["location"] == f"/login/?next={path}"
+    # After the login, back to the form's page (not a GET of the form's URL), told it was not
+    # taken (console.web.interrupted).
+    back = f"/tasks/{task.pk}/?not_taken={path}"
+    assert response_headers["location"] == "/login/?" + urlencode({"next": back}, safe="/")
     assert response_headers["connection"] == "close"
     task.refresh_from_db()
     assert task.cancellation == "none"
@@ -254,14 +257,15 @@ def test_a_session_form_over_the_limit_is_413_and_a_small_one_is_served(web):
     status, response_headers, page = _answered_with_head_only(web, "POST", path, headers)
     assert status == 413 and b"request_too_large" in page
     assert response_headers["connection"] == "close"
-    # Known from its cookie, a small form reaches the view (which wants its CSRF token).
+    # Known from its cookie, a small form reaches the view (which wants its CSRF token: without
+    # it, nothing is done and the person is sent back to the task's page).
     form = b"reason=stop"
     headers["Content-Length"] = str(len(form))
     headers["Connection"] = "close"
     with _connect(web) as sock:
         sock.sendall(_head("POST", path, headers) + form)
-        status, _, _ = _answer(sock)
-    assert status == 403
+        status, answered, _ = _answer(sock)
+    assert (status, answered["location"]) == (303, f"/tasks/{task.pk}/")
     task.refresh_from_db()
     assert task.cancellation == "none"
 

@@ -129,7 +129,7 @@ def test_an_operator_edits_a_proposal_and_a_second_operator_approves_the_new_ver
         other_card = second.locator(f'section.approval[data-approval="{new.pk}"]')
         expect(other_card).to_contain_text("proposal v2")
         other_card.get_by_role("button", name="Approve", exact=True).click()
-        expect(second.locator("ul.messages")).to_contain_text(f"{new.pk}: approved")
+        expect(second.locator("ul.messages")).to_contain_text(f"Request {new.pk} is approved")
     finally:
         second.context.close()
 
@@ -162,7 +162,9 @@ def test_an_admin_renews_an_expired_wait(page: Page, server):
     card.get_by_label(f"New validity in seconds for {op.pk}").fill("900")
     card.get_by_label(f"Reason to renew {op.pk}").fill("the approver is back")
     card.get_by_role("button", name="Renew").click()
-    expect(page.locator("ul.messages")).to_contain_text("renewed, now waiting_approval")
+    expect(page.locator("ul.messages")).to_contain_text(
+        f"Renewed {op.pk}: it waits for an operator's decision again"
+    )
     expect(page.locator("#waits-empty")).to_be_visible()
 
     approval.refresh_from_db()

@@ -62,7 +62,9 @@ def test_login_post_without_csrf_token_is_refused(context: BrowserContext, serve
         form={"username": user.actor.name, "password": factories.PASSWORD},
         max_redirects=0,
     )
-    assert response.status == 403
+    # Refused: back to the login form (told it had expired), and nobody is logged in.
+    assert response.status == 303
+    assert response.headers["location"].startswith("/login/")
     assert "sessionid" not in {c["name"] for c in context.cookies()}
 
 

@@ -44,6 +44,7 @@ def test_an_admin_creates_sees_once_and_revokes_a_token(page: Page, server):
     expect(page.locator("#issued-secret")).to_have_count(0)  # never shown again
     expect(row).to_contain_text("agent:invoice-bot")
 
+    page.once("dialog", lambda dialog: dialog.accept())  # revoking asks first
     row.get_by_role("button", name="Revoke").click()
     expect(page.locator("ul.messages")).to_contain_text("revoked")
     expect(page.locator(f'tr[data-token="{token.pk}"]')).to_contain_text(f"by {admin.actor.label}")

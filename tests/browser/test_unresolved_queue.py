@@ -43,6 +43,7 @@ def test_support_finds_reads_and_resolves_an_unresolved_operation(page: Page, se
     expect(card.get_by_role("button", name="Retry with the same key")).to_have_count(0)
 
     card.get_by_label("Evidence").fill("provider log shows delivery at 10:02")
+    page.once("dialog", lambda dialog: dialog.accept())  # a resolution asks first
     card.get_by_role("button", name="Mark succeeded").click()
     expect(page.locator("ul.messages")).to_contain_text("now succeeded")
     expect(page.locator("#queue-empty")).to_be_visible()

@@ -74,7 +74,9 @@ def test_decisions_need_the_csrf_token():
         f"/approvals/{approval.pk}/decide",
         {"decision": "approve", "params_hash": approval.params_hash},
     )
-    assert response.status_code == 403
+    # Refused: nothing decided, and the person is sent back to the inbox, told so.
+    assert (response.status_code, response["Location"]) == (303, "/approvals/")
+    assert "was NOT taken" in client.get("/approvals/").content.decode()
     op.refresh_from_db()
     assert op.status == "waiting_approval"
 
@@ -90,8 +92,8 @@ def test_bulk_approval_reports_each_item_and_a_stale_one_fails_alone():
         follow=True,
     )
     page = response.content.decode()
-    assert f"{a1.pk}: approved." in page
-    assert f"{a2.pk}: refused, the proposal changed since you looked (stale)." in page
+    assert f"Request {a1.pk} is approved: its action runs now." in page
+    assert f"Nothing was decided on {a2.pk}: its parameters changed since you looked" in page
     assert Operation.objects.get(pk=op1.pk).status == "pending"
     assert Operation.objects.get(pk=op2.pk).status == "waiting_approval"
 

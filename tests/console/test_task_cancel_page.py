@@ -36,7 +36,8 @@ def test_an_admin_cancels_a_task_from_its_page():
     )
     assert task.terminal_reason == "customer withdrew"
     assert Operation.objects.get(pk=op.pk).status == "cancelled"
-    assert "Cancellation quiescent" in admin.get(f"/tasks/{task.pk}/").content.decode()
+    page = admin.get(f"/tasks/{task.pk}/").content.decode()
+    assert "The task is cancelled: nothing of it runs any more." in page
 
 
 def test_an_operator_has_no_cancel_button_and_is_refused():
@@ -52,5 +53,7 @@ def test_the_cancel_form_needs_its_csrf_token():
     owner = factories.agent()
     task = factories.task(owner)
     admin = _browser("admin", csrf=True)
-    assert admin.post(f"/tasks/{task.pk}/cancel", {"reason": "x"}).status_code == 403
+    refused = admin.post(f"/tasks/{task.pk}/cancel", {"reason": "x"})
+    # Nothing done; back to the task's page (with a message), not a bare refusal.
+    assert (refused.status_code, refused["Location"]) == (303, f"/tasks/{task.pk}/")
     assert Task.objects.get(pk=task.pk).cancellation == "none"
