@@ -141,3 +141,55 @@ def json_schema_verdict(chunks: Any, schema: Any) -> tuple[str, str]:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         return R.FAILED, f"{where}: {error.message}"[:2000]
     return R.PASSED, ""
+
+
+@functools.cache
+def _strict_validator_class(draft: type) -> Any:
+    """The draft's validator with "integer" meaning a JSON integer only: 5.0 is refused, as the
+    receivers keep integers and the parameters are hashed and stored exactly as sent."""
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
+
+    checker = draft.TYPE_CHECKER.redefine(  # type: ignore[attr-defined]
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return jsonschema.validators.extend(draft, type_checker=checker)
+
+
+def json_schema_compile(schema: dict[str, Any]) -> Any:
+    """A validator for a schema of ours (a tool's ``params_schema``): the schema is checked as
+    ``json_schema_validate`` checks an agent's (no reference outside itself, valid for its
+    draft), and references resolve through the registry that retrieves nothing."""
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
+
+    json_schema_validate(schema, "params_schema")
+    draft = jsonschema.validators.validator_for(schema)
+    return _strict_validator_class(draft)(schema, registry=_local_registry())
+
+
+def _error_field(error: Any, field: str) -> str:
+    """``field`` plus the error's path as dotted names (``params.amount_cents``); a missing
+    required property is named itself, not its parent."""
+    parts = [field, *(str(p) for p in error.absolute_path)]
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [n for n in error.validator_value if n not in error.instance]
+        if missing:
+            parts.append(str(missing[0]))
+    out = parts[0]
+    for part in parts[1:]:
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
+
+
+def json_instance_check(instance: Any, validator: Any, field: str, *, subject: str = "") -> None:
+    """Refuse (400 ``invalid_input``, naming the offending field under ``field``) an instance
+    the compiled ``validator`` rejects. ``subject`` (a tool's name) closes the message."""
+    import jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is None:
+        return
+    where = _error_field(error, field)
+    # The field first: callers that nest a refusal (runtime.checkers) prefix it to the message.
+    said = "is required" if error.validator == "required" else f"is refused: {error.message}"
+    of = f" ({subject}; its schema: GET /api/v1/tools)" if subject else ""
+    raise InvalidInput(f"{where} {said[:1800]}{of}", field=where)

@@ -27,6 +27,7 @@ so a refusal never reveals that another agent's task exists.
 | use the console | a signed-in person with a console role |
 | manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
 | keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
+| read the tool catalogue | every authenticated caller (agents, users, console roles) |
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ def _owns(actor: Actor, task: Task) -> bool:
 def can_use_console(actor: Actor) -> None:
     if not (actor.kind == "user" and actor.is_console):
         raise NotAuthorized("the console is for operators, support staff and admins")
+
+
+def can_read_tool_catalogue(actor: Actor) -> None:
+    """The catalogue describes tools, not anyone's work: every authenticated caller reads it."""
+    if actor.kind not in ("agent", "user", "system"):
+        raise NotAuthorized("the tool catalogue is for authenticated callers")
 
 
 def can_create_task(actor: Actor) -> None:

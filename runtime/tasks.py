@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from runtime.actors import Actor
@@ -24,8 +24,14 @@ from runtime.checkers import required_checks_create_txn, required_checks_validat
 from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthorized, NotFound, TaskRefused
 from runtime.events import event_append_txn
-from runtime.keys import given_key_check, key_in_namespace, key_legacy, key_namespace
-from runtime.models import Attempt, Operation, Task, TaskCount
+from runtime.keys import (
+    given_key_check,
+    key_in_namespace,
+    key_legacy,
+    key_namespace,
+    key_namespace_of,
+)
+from runtime.models import Approval, Attempt, Operation, Task, TaskCount
 from runtime.policy import (
     can_create_child,
     can_create_task,
@@ -196,7 +202,8 @@ def task_list(
     limit: int = 50,
 ) -> list[Task]:
     """The actor's tasks, newest first, by keyset (``before`` = (created_at, id) of the last row
-    of the previous page): no OFFSET, no count."""
+    of the previous page): no OFFSET, no count. ``search`` finds a task by a part of its name,
+    or by what it owns named exactly (``task_search_owner``)."""
     if condition and condition not in TaskCondition.ALL:
         raise InvalidInput(f"condition must be one of {', '.join(TaskCondition.ALL)}")
     if outcome and outcome not in TaskOutcome.ALL:
@@ -207,11 +214,81 @@ def task_list(
     if outcome:
         qs = qs.filter(outcome=outcome)
     if search:
-        qs = qs.filter(name__icontains=search)
+        qs = qs.filter(Q(name__icontains=search) | task_search_owner(search))
     if before is not None:
         at, last_id = before
         qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
     return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+# Longer text is no id or key of ours (keys are at most 400 characters).
+_SEARCH_ID_MAX = 400
+
+
+def _operations_keyed(text: str) -> QuerySet[Operation] | None:
+    """The operations stored under the idempotency key ``text`` (as the API and console show
+    it: inside its owner's namespace), found through the owner's tasks and the per-task unique
+    key index; None for text that names no owner's namespace."""
+    namespace = key_namespace_of(text)
+    if namespace.startswith("agt_"):
+        owner = Q(task__agent_id=namespace)
+    elif namespace.startswith("usr_") and namespace[4:].isdigit():
+        owner = Q(task__agent_id__isnull=True, task__created_by_id=int(namespace[4:]))
+    else:
+        return None
+    return Operation.objects.filter(owner, idempotency_key=text)
+
+
+def task_search_owner(text: str) -> Q:
+    """Tasks that own what ``text`` names exactly: the task's id, an operation's or an
+    approval's id, or an operation's idempotency key. Each is found by a primary key or a
+    unique index, never by scanning operations. Pure (builds the condition)."""
+    if not text or len(text) > _SEARCH_ID_MAX or any(c.isspace() for c in text):
+        return Q(pk__in=[])
+    found = (
+        Q(pk=text)
+        | Q(pk__in=Operation.objects.filter(pk=text).values("task_id"))
+        | Q(pk__in=Approval.objects.filter(pk=text).values("task_id"))
+    )
+    keyed = _operations_keyed(text)
+    if keyed is not None:
+        found |= Q(pk__in=keyed.values("task_id"))
+    return found
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """What a search text named exactly, besides a task: an operation (by its id or its key)
+    or an approval, with the task that owns it."""
+
+    kind: str  # "operation" | "approval"
+    id: str
+    operation_id: str
+    task_id: str
+
+
+def task_search_hits(actor: Actor, text: str) -> list[SearchHit]:
+    """The operations and approvals within the actor's tasks that ``text`` names exactly (by
+    id or idempotency key); empty for text that cannot be an id. Preconditions: none."""
+    if not text or len(text) > _SEARCH_ID_MAX or any(c.isspace() for c in text):
+        return []
+    named = Q(pk=text)
+    keyed = _operations_keyed(text)
+    if keyed is not None:
+        named |= Q(pk__in=keyed.values("pk"))
+    hits = [
+        SearchHit("operation", op_id, op_id, task_id)
+        for op_id, task_id in Operation.objects.filter(named, task_scope(actor, "task__"))
+        .order_by("created_at", "id")
+        .values_list("pk", "task_id")[:20]
+    ]
+    hits += [
+        SearchHit("approval", approval_id, op_id, task_id)
+        for approval_id, op_id, task_id in Approval.objects.filter(
+            task_scope(actor, "task__"), pk=text
+        ).values_list("pk", "operation_id", "task_id")[:1]
+    ]
+    return hits
 
 
 def task_list_by_ids(actor: Actor, ids: list[str]) -> list[Task]:

@@ -130,7 +130,7 @@
     t.textContent = String(e.at || "").slice(0, 19).replace("T", " ");
     var ty = document.createElement("strong"); ty.className = "etype"; ty.textContent = e.type;
     li.append(seq, " ", t, " ", ty);
-    if (e.operation) { var op = document.createElement("span"); op.className = "mono"; op.textContent = e.operation; li.append(" ", op); }
+    if (e.operation) { var op = document.createElement("a"); op.className = "mono"; op.href = "/operations/" + encodeURIComponent(e.operation) + "/"; op.textContent = e.operation; li.append(" ", op); }
     if (e.actor) { var a = document.createElement("span"); a.className = "muted"; visibleText(a, "by " + e.actor); li.append(" ", a); }
     if (e.data && e.data.to) { var b = document.createElement("span"); b.className = "badge st-" + e.data.to; b.textContent = e.data.to; li.append(" → ", b); }
     if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; visibleText(r, e.data.reason); li.append(" ", r); }

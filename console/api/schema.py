@@ -291,6 +291,41 @@ class EffectsSerializer(serializers.Serializer):
     effects = serializers.ListField(child=serializers.DictField())
 
 
+class ToolApprovalSerializer(serializers.Serializer):
+    # (Named like the Field attribute; the metaclass takes it out of the class body.)
+    required = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=("never", "always", "conditional")
+    )
+    when = serializers.CharField(
+        allow_null=True,
+        help_text='When a conditional approval applies ("amount_cents above 10000").',
+    )
+    approver_role = serializers.CharField(allow_null=True)
+    timeout_seconds = serializers.IntegerField(allow_null=True, min_value=1)
+
+
+class ToolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.CharField()
+    description = serializers.CharField()
+    contract = serializers.ChoiceField(
+        choices=("replay", "lookup", "none", "pure"),
+        help_text="What the receiver promises when the same idempotency key arrives twice.",
+    )
+    approval = ToolApprovalSerializer()
+    params_schema = serializers.DictField(
+        help_text="A JSON Schema of the tool's params: proposals and edits are validated "
+        "against it (400 invalid_input naming the field)."
+    )
+    compensation_tool = serializers.CharField(allow_null=True)
+    max_attempts = serializers.IntegerField(min_value=1)
+    demo = serializers.BooleanField(help_text="A sandbox tool (off in production).")
+
+
+class ToolListSerializer(serializers.Serializer):
+    results = ToolSerializer(many=True)
+
+
 # --- responses and parameters -----------------------------------------------------------------
 
 _ERROR_MEANING = {

@@ -1,7 +1,7 @@
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.api import control, humans, outcomes, views
+from console.api import catalogue, control, humans, outcomes, views
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
@@ -87,6 +87,7 @@ urlpatterns = [
         name="api-wait-transform",
     ),
     path("waits/<id:operation_id>/end", humans.WaitEnd.as_view(), name="api-wait-end"),
+    path("tools", catalogue.ToolCatalogue.as_view(), name="api-tools"),
     path(
         "demo/receivers/<id:receiver>/effects",
         control.ReceiverEffects.as_view(),

@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.web import auth, humans, outcomes, support, tokens, views
+from console.web import auth, humans, operation_page, outcomes, support, tokens, views
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(), name="login"),
@@ -14,6 +14,12 @@ urlpatterns = [
     path("tasks/<id:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<id:task_id>/cancel", views.task_cancel, name="task-cancel"),
     path("tasks/<id:task_id>/live", views.task_fragment, name="task-fragment"),
+    path(
+        "operations/<id:operation_id>/",
+        operation_page.operation_detail,
+        name="operation-detail",
+    ),
+    path("tools/", operation_page.tool_list, name="tools"),
     path("tokens/", tokens.token_page, name="tokens"),
     path("tokens/<id:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
     path(

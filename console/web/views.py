@@ -146,6 +146,8 @@ def _task_list_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
         "condition": condition or "",
         "outcome": outcome or "",
         "q": q or "",
+        # What the text names exactly besides a task (an operation, by id or key; an approval).
+        "hits": tasks.task_search_hits(actor, q) if q and not before_raw else [],
         "conditions": TaskCondition.ALL,
         "outcomes": TaskOutcome.ALL,
         "paged": bool(before_raw),

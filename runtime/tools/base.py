@@ -3,12 +3,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from runtime.errors import InvalidInput, UnknownTool
+from runtime.jsonschemas import json_instance_check, json_schema_compile
 from runtime.keys import key_step
 
 
@@ -87,8 +89,31 @@ class ToolAdapter:
     def quick(self, params: dict[str, Any]) -> bool:
         return self.quick_calls
 
+    # What the tool does, in a sentence (the catalogue, GET /api/v1/tools).
+    description: str = ""
+    # The parameters this tool accepts, as a JSON Schema (published in the catalogue): the one
+    # rule proposals and edits are held to. ``check`` adds only what a schema cannot say.
+    params_schema: dict[str, Any] = {"type": "object"}
+
+    @cached_property
+    def params_validator(self) -> Any:
+        return json_schema_compile(self.params_schema)
+
     def validate(self, params: dict[str, Any]) -> None:
-        """Raise InvalidInput for parameters this tool can never accept."""
+        """Raise InvalidInput, naming the field, for parameters this tool can never accept:
+        what ``params_schema`` refuses, then what ``check`` refuses."""
+        require_mapping(params)
+        json_instance_check(params, self.params_validator, "params", subject=self.name)
+        self.check(params)
+
+    def check(self, params: dict[str, Any]) -> None:
+        """Rules on ``params`` (already valid against ``params_schema``) that a JSON Schema
+        cannot express."""
+
+    # When ``requires_approval`` says yes, in words for the catalogue: "" never, "always", or
+    # the condition ("amount_cents above 10000"). tests/api/test_tool_catalogue.py holds a tool
+    # that overrides requires_approval to saying when.
+    approval_when: str = ""
 
     def requires_approval(self, params: dict[str, Any]) -> bool:
         return False
@@ -166,5 +191,31 @@ def contract_of(tool: str) -> str:
 
 def require_mapping(params: Any) -> dict[str, Any]:
     if not isinstance(params, dict):
-        raise InvalidInput("params must be a JSON object")
+        raise InvalidInput("params must be a JSON object", field="params")
     return params
+
+
+def tool_catalogue() -> list[dict[str, Any]]:
+    """What each tool this deployment offers is, promises and accepts, by name (pure: the
+    registry only). Anyone who may call the API may read it."""
+    return [_entry(adapters()[name]) for name in sorted(adapters())]
+
+
+def _entry(adapter: ToolAdapter) -> dict[str, Any]:
+    when = adapter.approval_when
+    return {
+        "name": adapter.name,
+        "version": adapter.version,
+        "description": adapter.description,
+        "contract": adapter.contract,
+        "approval": {
+            "required": "never" if not when else "always" if when == "always" else "conditional",
+            "when": None if when in ("", "always") else when,
+            "approver_role": adapter.approver_role if when else None,
+            "timeout_seconds": adapter.approval_timeout_seconds if when else None,
+        },
+        "params_schema": adapter.params_schema,
+        "compensation_tool": adapter.compensation_tool,
+        "max_attempts": adapter.max_attempts,
+        "demo": adapter.demo,
+    }

@@ -16,12 +16,27 @@ class JsonSchemaCheck(ToolAdapter):
     """Validates the artifact's bytes (read from storage by digest) against ``schema``."""
 
     name = "check.json_schema"
+    description = "Validates an artifact of the task against a JSON Schema (a completion check)."
     version = "1"
     contract = Contract.PURE
     max_attempts = 3
+    params_schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "schema": {"type": "object", "description": "A JSON Schema referring only to itself."},
+            "artifact": {
+                "type": "object",
+                "description": "The artifact checked (set by the operation checker).",
+                "properties": {"id": {"type": "string"}, "digest": {"type": "string"}},
+            },
+        },
+        "required": ["schema"],
+    }
 
-    def validate(self, params: dict[str, Any]) -> None:
-        json_schema_validate(params.get("schema"), "params.schema")
+    def check(self, params: dict[str, Any]) -> None:
+        # Whether ``schema`` is itself a valid, self-contained JSON Schema is not for a schema.
+        json_schema_validate(params["schema"], "params.schema")
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         subject = ctx.params.get("artifact")

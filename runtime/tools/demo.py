@@ -17,13 +17,54 @@ from runtime.tools.base import (
     ToolFailure,
     ToolResult,
     register,
-    require_mapping,
 )
 
 APPROVAL_THRESHOLD_CENTS = 10000
 # The receivers keep amounts in bigint and quantities in integer columns: a larger number is
 # refused at proposal, naming the field, instead of approved and then failing in the worker.
 MAX_QTY = 2**31 - 1
+
+# The sandbox's knobs, accepted by every demo tool (API.md, "Demo tools"): faults strike around
+# the receiver's commit (runtime.tools.faults), work takes time, usage is what the call reports.
+_KNOBS: dict[str, Any] = {
+    "_fault": {
+        "description": "Injected fault: transient:N, or one of the named knobs.",
+        "anyOf": [
+            {"type": "null"},
+            {"type": "string", "enum": ["", *faults.KNOBS]},
+            {"type": "string", "pattern": "^transient:[0-9]{1,9}$"},
+        ],
+    },
+    "_work_seconds": {
+        "description": "Seconds of simulated work, heartbeating the lease.",
+        "type": "number",
+        "minimum": 0,
+        "maximum": faults.MAX_WORK_SECONDS,
+    },
+}
+_USAGE: dict[str, Any] = {
+    "_usage": {
+        "description": "What the call reports it consumed: {meter: amount}.",
+        "type": ["object", "null"],
+        "additionalProperties": {"type": "number", "minimum": 0, "maximum": MAX_AMOUNT},
+    }
+}
+
+
+def _schema(
+    properties: dict[str, Any], required: tuple[str, ...] = (), *, usage: bool = False
+) -> dict[str, Any]:
+    """A demo tool's params schema: its own fields, the knobs, other keys allowed (a receiver
+    ignores what it does not know)."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {**properties, **_KNOBS, **(_USAGE if usage else {})},
+        "required": list(required),
+    }
+
+
+_TEXT = {"type": "string", "minLength": 1}
 
 
 def _effective(params: dict[str, Any]) -> dict[str, Any]:
@@ -52,17 +93,15 @@ def _outcome(response: receivers.Response, handle_field: str = "id") -> ToolResu
 
 class Echo(ToolAdapter):
     name = "demo.echo"
+    description = "Returns its parameters (the knobs left out)."
     contract = Contract.PURE
     demo = True
     quick_calls = True
+    params_schema = _schema({}, usage=True)
 
     def quick(self, params: dict[str, Any]) -> bool:
         # Injected faults and simulated work are exercised one call at a time.
         return not params.get("_fault") and not params.get("_work_seconds")
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        _usage(params)
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -92,18 +131,13 @@ class Slow(ToolAdapter):
     time the caller passed on."""
 
     name = "demo.slow"
+    description = "Takes `seconds` at its receiver without heartbeating, then returns."
     contract = Contract.PURE
     tool_class = "demo.slow"
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        _usage(params)
-        seconds = params.get("seconds", 0)
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise InvalidInput("demo.slow params.seconds must be a number")
-        if not 0 <= seconds <= 120:
-            raise InvalidInput("demo.slow params.seconds must be between 0 and 120")
+    params_schema = _schema(
+        {"seconds": {"type": "number", "minimum": 0, "maximum": 120, "default": 0}}, usage=True
+    )
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -121,21 +155,19 @@ class Slow(ToolAdapter):
 
 class PaymentsCharge(ToolAdapter):
     name = "demo.payments.charge"
+    description = "Charges an account (a Stripe-like receiver: the first result per key)."
     contract = Contract.REPLAY
     compensation_tool = "demo.payments.refund"
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        if not isinstance(params.get("account"), str) or not params["account"]:
-            raise InvalidInput("demo.payments.charge needs params.account (a string)")
-        amount = params.get("amount_cents")
-        if not isinstance(amount, int) or isinstance(amount, bool) or not 0 < amount <= MAX_AMOUNT:
-            raise InvalidInput(
-                f"demo.payments.charge needs params.amount_cents from 1 to {MAX_AMOUNT} "
-                "(an integer)",
-                field="params.amount_cents",
-            )
+    approval_when = f"amount_cents above {APPROVAL_THRESHOLD_CENTS}"
+    params_schema = _schema(
+        {
+            "account": _TEXT,
+            # The receiver keeps amounts in bigint, and budgets count to MAX_AMOUNT.
+            "amount_cents": {"type": "integer", "minimum": 1, "maximum": MAX_AMOUNT},
+        },
+        ("account", "amount_cents"),
+    )
 
     def requires_approval(self, params: dict[str, Any]) -> bool:
         return int(params.get("amount_cents", 0)) > APPROVAL_THRESHOLD_CENTS
@@ -154,13 +186,10 @@ class PaymentsCharge(ToolAdapter):
 
 class PaymentsRefund(ToolAdapter):
     name = "demo.payments.refund"
+    description = "Refunds a charge (the compensation of demo.payments.charge)."
     contract = Contract.REPLAY
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        if not isinstance(params.get("charge"), str):
-            raise InvalidInput("demo.payments.refund needs params.charge")
+    params_schema = _schema({"charge": {"type": "string"}}, ("charge",))
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -173,20 +202,14 @@ class PaymentsRefund(ToolAdapter):
 
 class InventoryReserve(ToolAdapter):
     name = "demo.inventory.reserve"
+    description = "Reserves stock; the receiver can be asked what happened under a key."
     contract = Contract.LOOKUP
     compensation_tool = "demo.inventory.release"
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        if not isinstance(params.get("sku"), str) or not params["sku"]:
-            raise InvalidInput("demo.inventory.reserve needs params.sku (a string)")
-        qty = params.get("qty")
-        if not isinstance(qty, int) or isinstance(qty, bool) or not 0 < qty <= MAX_QTY:
-            raise InvalidInput(
-                f"demo.inventory.reserve needs params.qty from 1 to {MAX_QTY} (an integer)",
-                field="params.qty",
-            )
+    params_schema = _schema(
+        {"sku": _TEXT, "qty": {"type": "integer", "minimum": 1, "maximum": MAX_QTY}},
+        ("sku", "qty"),
+    )
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -215,13 +238,10 @@ class InventoryReserve(ToolAdapter):
 
 class InventoryRelease(ToolAdapter):
     name = "demo.inventory.release"
+    description = "Releases a reservation (the compensation of demo.inventory.reserve)."
     contract = Contract.REPLAY  # releasing twice leaves the same state
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        if not isinstance(params.get("reservation"), str):
-            raise InvalidInput("demo.inventory.release needs params.reservation")
+    params_schema = _schema({"reservation": {"type": "string"}}, ("reservation",))
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
@@ -234,15 +254,10 @@ class InventoryRelease(ToolAdapter):
 
 class Notify(ToolAdapter):
     name = "demo.notify"
+    description = "Sends a message; the receiver promises nothing about repeats."
     contract = Contract.NONE
     demo = True
-
-    def validate(self, params: dict[str, Any]) -> None:
-        faults.fault_parse(require_mapping(params))
-        if not isinstance(params.get("to"), str) or not params["to"]:
-            raise InvalidInput("demo.notify needs params.to (a string)")
-        if not isinstance(params.get("message", ""), str):
-            raise InvalidInput("demo.notify params.message must be a string")
+    params_schema = _schema({"to": _TEXT, "message": {"type": "string"}}, ("to",))
 
     def key_for(
         self,

@@ -142,6 +142,11 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "unresolved/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/unresolved"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "unresolved/<id:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    # Finding things (issue 24): the tool catalogue for every authenticated caller; an
+    # operation's page and the catalogue's page for every console role.
+    ("GET", "api/v1/tools"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("GET", "operations/<id:operation_id>/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "tools/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("WS", "ws/tasks/<id:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip

@@ -285,7 +285,7 @@ def test_every_query_maximum_is_the_servers(schema):
             "params.amount_cents",
         ),
         ("demo.inventory.reserve", {"sku": "s", "qty": 2**31}, "params.qty"),
-        ("demo.echo", {"_usage": {"cost_cents": 10**23}}, "params._usage"),
+        ("demo.echo", {"_usage": {"cost_cents": 10**23}}, "params._usage.cost_cents"),
     ],
 )
 def test_a_tool_amount_beyond_its_column_is_refused_at_proposal(tool, params, field):
