@@ -2,7 +2,8 @@
 """The authorization matrix: every route of the URL conf and every websocket route, for every
 kind of caller, with the status it gets; on a refusal, nothing changed. The routes are walked
 from the URL conf and the websocket routing, so a route added without a row here fails
-``test_every_route_has_a_row`` by name. README.md shows the same table.
+``test_every_route_has_a_row`` by name. docs/security.md shows the same table
+(tests/api/test_security_doc.py keeps them equal).
 
 Cells: an HTTP status; ``LOGIN`` a redirect to the login page (console pages know only
 sessions, so a bearer token there is nobody); ``OPEN`` a websocket that stays open; 44xx the
@@ -232,7 +233,7 @@ def test_every_route_has_a_row():
     missing = sorted((http | ws) - covered)
     assert not missing, (
         "routes missing from the authorization matrix (add a row per method to MATRIX in "
-        f"tests/api/test_authorization_matrix.py and to README.md): {missing}"
+        f"tests/api/test_authorization_matrix.py and to docs/security.md): {missing}"
     )
     stale = sorted(covered - http - ws)
     assert not stale, f"rows for routes that no longer exist: {stale}"

@@ -2,7 +2,7 @@
 """The authorization matrix's companion for what stays open: every event stream and live socket
 rechecks the principal that opened it every ``TOKEN_RECHECK_SECONDS`` (one rule,
 runtime.policy.can_keep_streaming) and ends once it no longer holds. Against the real server
-(console.server) and real Redis, with the cadence set small; README.md shows the same table.
+(console.server) and real Redis, with the cadence set small; docs/security.md shows the same table.
 
 Cells: for an event stream, the status of the ``event: error`` it ends with (401
 ``not_authenticated``, 403 ``not_authorized``); for a websocket, its close code; ``None`` where
@@ -62,7 +62,7 @@ def _streams() -> set[tuple[str, str]]:
 
 def test_every_stream_of_the_matrix_has_its_rechecks():
     covered = {(m, r) for m, r, _change in RECHECKS}
-    assert covered == _streams(), "add the stream's rows to RECHECKS (and to README.md)"
+    assert covered == _streams(), "add the stream's rows to RECHECKS (and to docs/security.md)"
     for (method, route, change), cells in RECHECKS.items():
         assert len(cells) == len(PRINCIPALS), (route, change)
         admitted = MATRIX[(method, route)]
