@@ -96,17 +96,20 @@ def test_a_malformed_multipart_form_to_a_page_is_a_400_page(server, path, conten
     assert b"malformed" in raw
 
 
-def test_a_csrf_refusal_is_the_console_s_403_page(server):
+def test_a_csrf_refusal_sends_the_person_back_to_the_form_s_page(server):
+    # A form without its CSRF cookie changes nothing and brings the person back to the page it
+    # was on with a message (console/web/interrupted.py), never Django's own 403 page (inline
+    # style, which the CSP would block) nor a bare refusal.
     data = request_bytes(
         "POST",
         "/login/",
         b"username=a&password=b",
         {"Content-Type": "application/x-www-form-urlencoded"},
     )
-    status, reason, _, raw = raw_http(server.url, data)
-    assert (status, reason) == (403, "Forbidden")
-    # The console's page (Django's own has inline style, which the CSP would block).
-    assert b"<style>" not in raw and b"not_authorized" in raw
+    status, reason, headers, raw = raw_http(server.url, data)
+    assert (status, reason) == (303, "See Other"), raw[:300]
+    assert headers["location"].startswith("/login/")
+    assert b"<style>" not in raw
 
 
 def test_422_has_its_reason_phrase_and_the_error_body(server):
