@@ -34,14 +34,22 @@ class CompensationNotPossible(Conflict):
 
 def compensable(op: Operation) -> bool:
     """An original (not itself a compensation) whose tool names a compensating tool and whose
-    effect is known (its result), so the compensation's parameters can be made."""
+    effect is known (its result), so the compensation's parameters can be made from it. A
+    success a person asserted without the receiver's result (``resolved_succeeded``: only the
+    evidence) is not: its compensation cannot be derived, and is a person's to make."""
     adapter = adapters().get(op.tool)
-    return bool(
+    if not (
         adapter is not None
         and adapter.compensation_tool
         and op.compensates_id is None
         and isinstance(op.result, dict)
-    )
+    ):
+        return False
+    try:
+        adapter.compensation_params(op.result)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def compensation_start_txn(original: Operation, *, actor: str, now: datetime) -> Operation:

@@ -478,12 +478,14 @@ def _report_general_txn(
     operation_and_original_lock_txn(operation_id, head["compensates_id"])
     op = Operation.objects.select_for_update().get(pk=operation_id)
     fenced = not planted("stale-accept")  # a simulation's planted defect (runtime.plants)
-    stale = (
-        op.lease_generation != lease_generation
-        or op.state_version != state_version
-        or not lease_token_matches(op, lease_token)
-    )
-    if op.status != S.RUNNING or (fenced and stale):
+    if op.status != S.RUNNING or (
+        fenced
+        and (
+            op.lease_generation != lease_generation
+            or op.state_version != state_version
+            or not lease_token_matches(op, lease_token)
+        )
+    ):
         raise StaleLease(
             "the lease is not the current one (generation, token or state version)",
             operation=operation_id,

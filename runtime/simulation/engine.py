@@ -9,9 +9,11 @@ services; what is "in flight" is a claim a simulated worker holds and has not re
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,15 +32,18 @@ from runtime.approvals import (
     approval_expire_sweep,
     approval_renew,
 )
+from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.attempts import attempt_create
 from runtime.cancellation import task_cancel, task_fail
+from runtime.checks import task_checks_run
 from runtime.completion import task_complete
 from runtime.control import task_pause, task_resume
 from runtime.crashpoints import crash_point_installed
-from runtime.errors import DomainError
+from runtime.errors import DomainError, IdempotencyKeyReused
 from runtime.executor import _invoke  # the worker's own call of the receiver
 from runtime.leases import (
     Lease,
+    agent_claim,
     lease_expire_sweep,
     lease_heartbeat,
     operation_claim,
@@ -46,16 +51,27 @@ from runtime.leases import (
 )
 from runtime.models import (
     Approval,
+    Artifact,
     BudgetMeter,
+    CheckResult,
     Event,
     Execution,
     Invocation,
     Operation,
     OutboxMessage,
+    RequiredCheck,
     Resolution,
+    Signal,
     Task,
 )
-from runtime.operations import OperationSpec, Report, operation_propose, operation_report
+from runtime.operations import (
+    OperationSpec,
+    Report,
+    agent_report,
+    operation_propose,
+    operation_report,
+    operations_report_batch,
+)
 from runtime.resolutions import operation_resolve, resolutions_allowed
 from runtime.sandbox.models import Charge, Notification, Reservation
 from runtime.signals import signal_send
@@ -63,22 +79,22 @@ from runtime.simulation.clock import FakeClock, simulated_clock
 from runtime.stoprule import CONFIRMED_OUTCOMES
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent
-from runtime.tools import Contract, adapter_for, contract_of
+from runtime.tools import Contract, adapter_for, adapters, contract_of
 from runtime.transitions import ApprovalStatus, Cancellation, OperationStatus, TaskCondition
-from runtime.waits import wait_sweep
+from runtime.waits import wait_end_task, wait_renew, wait_sweep, wait_transform, wait_wake
 
 S = OperationStatus
 A = ApprovalStatus
 
 # Action -> weight. The weights make the interesting interleavings common: claims and reports
-# outnumber stops, and the clock moves often enough for leases and approvals to expire.
+# outnumber stops, and the clock moves often enough for leases, approvals and waits to expire.
 ACTIONS: dict[str, int] = {
-    "propose": 10,
+    "propose": 13,
     "claim": 12,
     "claim_batch": 3,
     "call": 11,
     "report": 12,
-    "heartbeat": 4,
+    "heartbeat": 3,
     "stall": 3,
     "late": 4,
     "tick": 8,
@@ -87,7 +103,7 @@ ACTIONS: dict[str, int] = {
     "pause": 2,
     "resume": 3,
     "fail": 1,
-    "complete": 2,
+    "complete": 3,
     "decide": 6,
     "edit": 1,
     "renew": 2,
@@ -95,19 +111,26 @@ ACTIONS: dict[str, int] = {
     "new_task": 4,
     "new_attempt": 1,
     "child": 1,
-    "signal": 2,
+    "signal": 3,
+    "wake": 2,
+    "wait_admin": 1,
+    "upload": 3,
+    "accept": 3,
+    "checks": 1,
+    "agent_claim": 3,
+    "agent_report": 3,
 }
 FAULTS = ("none",) * 8 + ("crash", "lost")
 
 # Where a step's process stops before its commit (the crash fault), per action.
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
-    "report": ("report.before_commit",),
+    "report": ("report.before_commit", "report.batch_before_commit"),
     "late": ("report.before_commit",),
     "claim": ("claim.approval_released", "claim.after_read"),
     "claim_batch": ("claim.batch_before_commit",),
     "sweep": ("sweep.after_read", "approval.expire_locked"),
-    "cancel": ("cancel.after_lock",),
-    "fail": ("cancel.after_lock",),
+    "cancel": ("cancel.after_lock", "rest.after_read"),
+    "fail": ("cancel.after_lock", "rest.after_read"),
     "pause": ("control.applied",),
     "resume": ("control.applied",),
     "complete": ("complete.before_commit",),
@@ -115,18 +138,75 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "new_attempt": ("attempt.before_commit",),
     "resolve": ("resolve.before_lock",),
     "signal": ("signal.task_locked",),
-    "propose": ("wait.registered",),
+    "propose": ("wait.registered", "wait.before_register"),
+    "upload": ("artifact.after_put",),
+    "accept": ("artifact.accept_before_commit",),
+    "agent_claim": ("claim.after_read",),
+    "agent_report": ("report.before_commit",),
 }
 
-# Tools the agents propose: (tool, params); the approval threshold of the payments receiver is
-# 10000 cents, so the second charge waits for a person.
-TOOLS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("demo.echo", {"n": 1}),
-    ("demo.payments.charge", {"account": "acct", "amount_cents": 500}),
-    ("demo.payments.charge", {"account": "acct", "amount_cents": 20000}),
-    ("demo.inventory.reserve", {"sku": "sku", "qty": 1}),
-    ("demo.notify", {"to": "ops", "message": "hi"}),
-    ("demo.echo", {"n": 2, "_usage": {"tokens": 3}}),
+# Tools the agents propose: (tool, params, executor); the approval threshold of the payments
+# receiver is 10000 cents, so the second charge waits for a person. A notification to
+# "demo.echo" and a refund are there for the key domains: before parts were escaped, an echo
+# step "notify:x" had the key of a notification "x" to "demo.echo", and a refund step
+# "<step>:demo.payments.charge:v1:compensate" the key of that charge's compensation.
+TOOLS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("demo.echo", {"n": 1}, "worker"),
+    ("demo.payments.charge", {"account": "acct", "amount_cents": 500}, "worker"),
+    ("demo.payments.charge", {"account": "acct", "amount_cents": 20000}, "worker"),
+    ("demo.inventory.reserve", {"sku": "sku", "qty": 1}, "worker"),
+    ("demo.notify", {"to": "ops", "message": "hi"}, "worker"),
+    ("demo.echo", {"n": 2, "_usage": {"tokens": 3}}, "worker"),
+    ("demo.notify", {"to": "demo.echo", "message": "hi"}, "worker"),
+    ("demo.payments.refund", {"charge": "ch_sim"}, "worker"),
+    ("demo.echo", {"n": 3}, "agent"),
+    ("demo.echo", {"n": 4, "_usage": {"tokens": 2}}, "agent"),
+)
+WAIT_VARIANTS = 2  # a signal wait, a timer
+# A proposal's variant: an index into TOOLS, or past it a wait. The small charge (an effect a
+# saga must undo) comes up more often than the rest.
+VARIANTS = (*range(len(TOOLS)), 1, 1, len(TOOLS), len(TOOLS) + 1)
+
+# Step names an agent may choose, hostile to keys that join parts with separators: the
+# separator itself, the escape character, a namespace separator, a derived key's literal field
+# ("notify", "compensate", "check"), an escape sequence spelled out, non-ASCII letters.
+HOSTILE_STEPS = (
+    "notify:x",
+    "x",
+    "s",
+    "s:demo.payments.charge:v1:compensate",
+    "a:b",
+    "a%3Ab",
+    "x/y ünï·日本",
+)
+# Variant -> the hostile step that meets another intent's key if parts are not escaped: an echo
+# "notify:x" and a notification "x" to "demo.echo"; a refund step spelling the compensation key
+# of the charge step "s".
+PAIRED_STEPS = {0: "notify:x", 6: "x", 1: "s", 7: "s:demo.payments.charge:v1:compensate"}
+
+# Completion checks a task may require, on its artifact "report.json"; the oracle knows which
+# uploaded content satisfies the schema (ARTIFACTS: content, valid).
+REPORT = "report.json"
+SCHEMA = {"type": "object", "required": ["ok"], "properties": {"ok": {"enum": [True]}}}
+REQUIRED_CHECKS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "report-valid",
+        "checker": "json_schema",
+        "config": {"artifact": REPORT, "schema": SCHEMA},
+    },
+    {
+        "name": "report-op",
+        "checker": "operation",
+        "config": {"artifact": REPORT, "tool": "check.json_schema", "params": {"schema": SCHEMA}},
+    },
+    {"name": "notes-present", "checker": "artifact_present", "config": {"artifact": "notes.txt"}},
+)
+ARTIFACTS: tuple[tuple[str, str, bytes, bool], ...] = (
+    (REPORT, "application/json", b'{"ok": true, "n": 1}', True),
+    (REPORT, "application/json", b'{"ok": false}', False),
+    (REPORT, "application/json", b"not json", False),
+    (REPORT, "application/json", b'{"ok": true, "n": 2}', True),
+    ("notes.txt", "text/plain", b"notes", True),
 )
 
 
@@ -181,6 +261,7 @@ class Held:
     lease: Lease
     report: Report | None = None
     reported: bool = False  # accepted, but the response was lost: the worker will report again
+    batched: bool = False  # claimed by a batch: reported with the batch's other ready claims
 
 
 @dataclass
@@ -190,6 +271,7 @@ class Outcome:
     violation: Violation | None = None
     failed_at: int | None = None  # index into the schedule
     trace: list[str] = field(default_factory=list)
+    coverage: dict[str, int] = field(default_factory=dict)
 
     def trace_digest(self) -> str:
         return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()
@@ -215,13 +297,18 @@ class World:
         self.admin = self._person("admin", "admin")
         self.support = self._person("support", "support")
         self.workers = [Execution.objects.create(host="sim", pid=i + 1).pk for i in range(3)]
+        self.agent_execution = Execution.objects.create(
+            kind="agent", host="agent:sim", label="sim"
+        ).pk
         self.tasks: list[str] = []
-        self.ops: list[str] = []
         self.held: list[Held] = []
+        self.agent_held: list[Held] = []  # claims of agent-executed operations the agent holds
+        self.valid: dict[str, bool] = {}  # artifact id -> its content satisfies SCHEMA (oracle)
+        self.timer_due: dict[str, Any] = {}  # timer id -> when it may fire, at its proposal
         self.stalled: list[Held] = []  # workers that stopped mid-call and may come back late
         self.endings: dict[str, tuple[str, str | None]] = {}
         self.lost_retry: Callable[[], Any] | None = None
-        for i in range(2):
+        for i in range(3):
             self._new_task(i, budget=i == 1)
 
     def _person(self, role: str, name: str) -> Actor:
@@ -230,6 +317,10 @@ class World:
 
     def _new_task(self, n: int, *, budget: bool, parent: str | None = None) -> None:
         spec = TaskSpec(name=f"sim task {len(self.tasks)}")
+        if n % 3 == 0:  # unwound on failure or cancellation (runtime.compensation)
+            spec.compensate_on = ["failed", "cancelled"]
+        if n % 3 == 2:  # succeeds only with its checks passed on the current artifacts
+            spec.required_checks = [dict(c) for c in REQUIRED_CHECKS[: 1 + (n // 3) % 3]]
         if budget:
             spec.budget = {"tokens": 20 if parent is None else 6, "tool_calls": 12}
         spec.parent = parent
@@ -238,10 +329,11 @@ class World:
 
     # --- picking ------------------------------------------------------------------------
 
-    def _task(self, n: int) -> str:
-        """Mostly a live task (one in five picks any task, so stopped ones are asked too)."""
+    def _task(self, n: int, *, paused: bool = False) -> str:
+        """Mostly a live task, not paused (or a paused one, with ``paused``); one in five picks
+        any task, so stopped and paused ones are asked too."""
         live = list(
-            Task.objects.filter(pk__in=self.tasks, cancellation=Cancellation.NONE)
+            Task.objects.filter(pk__in=self.tasks, cancellation=Cancellation.NONE, paused=paused)
             .exclude(condition=TaskCondition.TERMINAL)
             .order_by("created_at", "id")
             .values_list("pk", flat=True)
@@ -254,11 +346,14 @@ class World:
     def _pick(items: list[Any], n: int) -> Any:
         return items[n % len(items)] if items else None
 
+    def _ops(self) -> Any:
+        """Every operation of the simulation's tasks: proposed by the agent, by a check run or
+        by a saga (compensations)."""
+        return Operation.objects.filter(task_id__in=self.tasks)
+
     def _ops_where(self, **filters: Any) -> list[str]:
         return list(
-            Operation.objects.filter(pk__in=self.ops, **filters)
-            .order_by("created_at", "id")
-            .values_list("pk", flat=True)
+            self._ops().filter(**filters).order_by("created_at", "id").values_list("pk", flat=True)
         )
 
     # --- the step --------------------------------------------------------------------------
@@ -298,31 +393,79 @@ class World:
 
     def do_propose(self, step: Step) -> str:
         task_id = self._task(step.a)
-        variant = step.b % (len(TOOLS) + 1)
+        variant = VARIANTS[step.b % len(VARIANTS)]
+        # Half the proposals name their step from the hostile list (shared across tools and
+        # kinds, so different intents meet on one step name), half from a tame one per variant.
+        hostile = (step.a // 7) % 2 == 1
+        name = HOSTILE_STEPS[step.a % len(HOSTILE_STEPS)] if hostile else ""
+        if hostile and step.a % 2 == 0:
+            name = PAIRED_STEPS.get(variant, name)
         if variant == len(TOOLS):
             spec = OperationSpec(
                 kind=Operation.KIND_WAIT_SIGNAL,
-                step=f"w{step.a % 4}",
+                step=name or f"w{step.a % 4}",
                 signal=f"sig{step.a % 2}",
                 timeout_seconds=120,
             )
+        elif variant == len(TOOLS) + 1:
+            spec = OperationSpec(
+                kind=Operation.KIND_TIMER,
+                step=name or f"t{step.a % 3}",
+                timeout_seconds=5 + (step.a % 3) * 20,
+            )
         else:
-            tool, params = TOOLS[variant]
+            tool, params, executor = TOOLS[variant]
             spec = OperationSpec(
                 tool=tool,
                 params=dict(params),
-                step=f"s{step.a % 7}-{variant}",
+                step=name or f"s{step.a % 7}-{variant}",
+                executor=executor,
                 estimate={"tokens": 3} if "_usage" in params else {},
                 approval_timeout_seconds=30 + (step.b % 4) * 30,
             )
 
         def send() -> tuple[Operation, bool]:
-            return operation_propose(self.agent, task_id, spec)
+            try:
+                op, created = operation_propose(self.agent, task_id, spec)
+            except IdempotencyKeyReused as refused:
+                self._same_intent(task_id, spec, str(refused.details.get("operation", "")), True)
+                raise
+            if not created:
+                self._same_intent(task_id, spec, op.pk, False)
+            elif spec.kind == Operation.KIND_TIMER:
+                self.timer_due[op.pk] = op.wait_until
+            return op, created
 
         op, created = send()
-        if op.pk not in self.ops:
-            self.ops.append(op.pk)
         return f"op {op.pk[-6:]} {'new' if created else 'same'}" + self._lost(step, send)
+
+    def _same_intent(self, task_id: str, spec: OperationSpec, op_id: str, refused: bool) -> None:
+        """Two different intents never share a key: a proposal answered with an existing
+        operation, or refused as ``idempotency_key_reused``, met the same step of the same
+        tool (or wait kind) and intent version in the same attempt (no key is given here)."""
+        self.checks += 1
+        existing = Operation.objects.filter(pk=op_id).first()
+        task = Task.objects.get(pk=task_id)
+        same = existing is not None and (
+            existing.task_id == task_id
+            and existing.step == spec.step
+            and existing.kind == spec.kind
+            and existing.tool == spec.tool
+            and existing.intent_version == spec.intent_version
+            and existing.attempt_id == (task.current_attempt_id or "")
+        )
+        if not same:
+            what = "refused as idempotency_key_reused" if refused else "answered with"
+            other = (
+                f"{existing.kind} {existing.tool or '-'} step {existing.step!r}"
+                if existing is not None
+                else f"no operation ({op_id!r})"
+            )
+            raise Violation(
+                "keys-unambiguous",
+                f"a {spec.kind} {spec.tool or '-'} step {spec.step!r} was {what} {other} "
+                f"(key {existing.idempotency_key if existing else '?'})",
+            )
 
     def do_signal(self, step: Step) -> str:
         task_id = self._task(step.a)
@@ -347,9 +490,17 @@ class World:
         )
         return Task.objects.get(pk=op.task_id), approval
 
-    def _claimed_check(self, op_id: str, task: Task, approval: Approval | None) -> None:
+    def _claimed_check(
+        self, op_id: str, task: Task, approval: Approval | None, executor: str = "worker"
+    ) -> None:
         self.checks += 1
-        if task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL:
+        op = Operation.objects.get(pk=op_id)
+        if op.executor != executor:
+            raise Violation(
+                "executor-respected", f"{op_id} ({op.executor}-executed) claimed by a {executor}"
+            )
+        stopped = task.cancellation != Cancellation.NONE or task.condition == TaskCondition.TERMINAL
+        if stopped and op.compensates_id is None:  # compensations outlive the stop they serve
             raise Violation("no-claim-when-stopped", f"{op_id} claimed in stopped task {task.pk}")
         if task.paused:
             raise Violation("no-claim-when-stopped", f"{op_id} claimed in paused task {task.pk}")
@@ -361,9 +512,11 @@ class World:
 
     def do_claim(self, step: Step) -> str:
         candidates = self._ops_where(
-            status__in=(S.PENDING, S.RETRY_SCHEDULED), kind=Operation.KIND_TOOL
+            status__in=(S.PENDING, S.RETRY_SCHEDULED),
+            kind=Operation.KIND_TOOL,
+            executor=Operation.EXECUTOR_WORKER,
         )
-        op_id = self._pick(candidates, step.a) or self._pick(self.ops, step.a)
+        op_id = self._pick(candidates, step.a) or self._pick(self._ops_where(), step.a)
         if op_id is None:
             return "nothing"
         task, approval = self._claim_guard(op_id)
@@ -393,7 +546,7 @@ class World:
         for lease in batch.leases:
             self._claimed_check(lease.operation_id, *guards[lease.operation_id])
             if step.fault != "lost":
-                self.held.append(Held(worker, lease))
+                self.held.append(Held(worker, lease, batched=True))
         return f"batch {len(batch.leases)} claimed, {len(batch.handed_back)} back"
 
     def do_call(self, step: Step) -> str:
@@ -425,6 +578,8 @@ class World:
         held = self._pick(ready, step.a)
         if held is None:
             return "nothing"
+        if held.batched and hotpath.enabled():
+            return self._report_batch(held, step)
         note = self._report(held)
         if step.fault == "lost" and note.startswith("accepted"):
             held.reported = True  # the worker did not see it and reports again later
@@ -459,6 +614,50 @@ class World:
                 f"{before.lease_generation}",
             )
         return f"accepted {lease.operation_id[-6:]} -> {op.status}"
+
+    def _report_batch(self, first: Held, step: Step) -> str:
+        """The batch's ready claims reported together (``operations_report_batch``), as the
+        drainer does: the one-statement acceptance, the others one by one."""
+        group = [
+            h
+            for h in self.held
+            if h.batched
+            and h.report is not None
+            and h.worker == first.worker
+            and h.lease.lease_token == first.lease.lease_token
+        ]
+        before = {
+            op.pk: op
+            for op in Operation.objects.filter(pk__in=[h.lease.operation_id for h in group])
+        }
+        outcomes = operations_report_batch(
+            [(h.lease.operation, h.report) for h in group if h.report is not None],
+            lease_token=first.lease.lease_token,
+            execution_id=self.workers[first.worker],
+            now=self.clock.now(),
+            rng=random.Random(first.lease.lease_generation),
+        )
+        for h in group:
+            self.checks += 1
+            was = before[h.lease.operation_id]
+            if outcomes.get(h.lease.operation_id, "rejected") == "rejected":
+                continue
+            if was.status != S.RUNNING or was.lease_generation != h.lease.lease_generation:
+                raise Violation(
+                    "fencing",
+                    f"a stale result was accepted in a batch: {was.pk} reported under "
+                    f"generation {h.lease.lease_generation} while it was {was.status} at "
+                    f"generation {was.lease_generation}",
+                )
+        accepted = sum(v != "rejected" for v in outcomes.values())
+        for h in group:
+            if step.fault == "lost" and outcomes.get(h.lease.operation_id) != "rejected":
+                h.reported, h.batched = True, False  # reported again, alone (a duplicate)
+            else:
+                self.held.remove(h)
+        return f"batch accepted {accepted} of {len(group)}" + (
+            " (lost response)" if step.fault == "lost" else ""
+        )
 
     def do_heartbeat(self, step: Step) -> str:
         held = self._pick(self.held, step.a)
@@ -511,8 +710,10 @@ class World:
 
     # --- people ----------------------------------------------------------------------------
 
-    def _task_call(self, step: Step, call: Callable[[Actor, str], Any], name: str) -> str:
-        task_id = self._task(step.a)
+    def _task_call(
+        self, step: Step, call: Callable[[Actor, str], Any], name: str, *, paused: bool = False
+    ) -> str:
+        task_id = self._task(step.a, paused=paused)
         actor = self.agent if step.b % 2 else self.admin
         call(actor, task_id)
         return f"{name} {task_id[-6:]}" + self._lost(step, lambda: call(actor, task_id))
@@ -527,7 +728,9 @@ class World:
         return self._task_call(step, lambda a, t: task_pause(a, t, reason="sim"), "pause")
 
     def do_resume(self, step: Step) -> str:
-        return self._task_call(step, lambda a, t: task_resume(a, t, reason="sim"), "resume")
+        return self._task_call(
+            step, lambda a, t: task_resume(a, t, reason="sim"), "resume", paused=True
+        )
 
     def do_complete(self, step: Step) -> str:
         mode = ("refuse", "end_unresolved")[step.b % 2]
@@ -541,7 +744,7 @@ class World:
 
     def _approvals(self, status: str) -> list[Approval]:
         return list(
-            Approval.objects.filter(operation_id__in=self.ops, status=status).order_by(
+            Approval.objects.filter(operation__task_id__in=self.tasks, status=status).order_by(
                 "created_at", "id"
             )
         )
@@ -581,11 +784,7 @@ class World:
         return f"renewed {approval.pk[-6:]}"
 
     def do_resolve(self, step: Step) -> str:
-        ops = list(
-            Operation.objects.filter(pk__in=self.ops, status=S.UNRESOLVED).order_by(
-                "created_at", "id"
-            )
-        )
+        ops = list(self._ops().filter(status=S.UNRESOLVED).order_by("created_at", "id"))
         op = self._pick(ops, step.a)
         if op is None:
             return "nothing"
@@ -631,6 +830,177 @@ class World:
         attempt = attempt_create(self.agent, task_id, reason="sim")
         return f"attempt {attempt.number}"
 
+    # --- waits and timers --------------------------------------------------------------------
+
+    def do_wake(self, step: Step) -> str:
+        """A wake-up hint for a wait arrives (maybe early, maybe twice, maybe after the sweeper
+        already woke it): ``wait_wake`` fires or expires it only when it is due."""
+        op_id = self._pick(
+            self._ops_where(kind__in=(Operation.KIND_TIMER, Operation.KIND_WAIT_SIGNAL)), step.a
+        )
+        if op_id is None:
+            return "nothing"
+        woke = wait_wake(op_id)
+        return f"wake {op_id[-6:]}: {woke or 'not due'}"
+
+    def do_wait_admin(self, step: Step) -> str:
+        """An admin acts on an expired signal wait: renews it, transforms it (cancelled), or
+        ends its task."""
+        op_id = self._pick(
+            self._ops_where(kind=Operation.KIND_WAIT_SIGNAL, status=S.EXPIRED), step.a
+        )
+        if op_id is None:
+            return "nothing"
+        how = ("renew", "transform", "end")[step.b % 3]
+        if how == "renew":
+            wait_renew(self.admin, op_id, expires_in_seconds=60 + step.b % 60, reason="sim")
+        elif how == "transform":
+            wait_transform(self.admin, op_id, reason="sim")
+        else:
+            wait_end_task(self.admin, op_id, reason="sim")
+        return f"wait {how} {op_id[-6:]}"
+
+    # --- artifacts and checks -----------------------------------------------------------------
+
+    def do_upload(self, step: Step) -> str:
+        task_id = self._task(step.a)
+        name, media_type, content, valid = ARTIFACTS[step.b % len(ARTIFACTS)]
+
+        def send() -> Artifact:
+            artifact = artifact_upload(
+                self.agent,
+                task_id,
+                UploadSpec(name=name, media_type=media_type),
+                io.BytesIO(content),
+            )
+            self.valid[artifact.pk] = valid
+            return artifact
+
+        artifact = send()
+        return f"uploaded {artifact.pk[-6:]} {name} {'valid' if valid else 'invalid'}" + self._lost(
+            step, send
+        )
+
+    def do_accept(self, step: Step) -> str:
+        """The agent makes a stored artifact the task's entry for its name; one in four
+        acceptances carries the version the agent read before someone else moved the task."""
+        stored = list(
+            Artifact.objects.filter(task_id__in=self.tasks, status="stored")
+            .order_by("created_at", "id")
+            .values_list("pk", "task_id")
+        )
+        picked = self._pick(stored, step.a)
+        if picked is None:
+            return "nothing"
+        artifact_id, task_id = picked
+        version = Task.objects.get(pk=task_id).state_version - (1 if step.b % 4 == 0 else 0)
+
+        def send() -> Artifact:
+            return artifact_accept(self.agent, artifact_id, expected_state_version=version)
+
+        send()
+        return f"accepted artifact {artifact_id[-6:]} at v{version}" + self._lost(step, send)
+
+    def do_checks(self, step: Step) -> str:
+        task_id = self._task(step.a)
+        states = task_checks_run(self.agent, task_id, only_missing=bool(step.b % 2))
+        return "checks " + ",".join(
+            f"{s.name}={'ok' if s.counts else (s.latest.result if s.latest else 'pending')}"
+            for s in states
+        )
+
+    # --- agent-executed operations ------------------------------------------------------------
+
+    def do_agent_claim(self, step: Step) -> str:
+        candidates = self._ops_where(
+            status__in=(S.PENDING, S.RETRY_SCHEDULED), executor=Operation.EXECUTOR_AGENT
+        )
+        op_id = self._pick(candidates, step.a) or self._pick(self._ops_where(), step.a)
+        if op_id is None:
+            return "nothing"
+        task, approval = self._claim_guard(op_id)
+        lease = agent_claim(op_id, self.agent_execution, actor=self.agent.label)
+        self._claimed_check(op_id, task, approval, executor=Operation.EXECUTOR_AGENT)
+        if step.fault == "lost":
+            return f"agent claimed g{lease.lease_generation} (lost response)"
+        self.agent_held.append(Held(-1, lease))
+        return f"agent claimed {op_id[-6:]} g{lease.lease_generation}"
+
+    def do_agent_report(self, step: Step) -> str:
+        """The agent reports what it did; a report may be one it already sent (a lost
+        response), or come after its lease was taken back (late)."""
+        held = self._pick(self.agent_held, step.a)
+        if held is None:
+            return "nothing"
+        kind = step.b % 5
+        if held.report is None:
+            held.report = (
+                Report(outcome="succeeded", result={"by": "agent"}, usage={"tokens": 1})
+                if kind < 3
+                else Report(outcome="failed", error_kind="transient", message="sim")
+                if kind == 3
+                else Report(outcome="unknown", message="sim: the agent lost track")
+            )
+        lease = held.lease
+        before = Operation.objects.get(pk=lease.operation_id)
+        try:
+            after = agent_report(
+                lease.operation,
+                lease_generation=lease.lease_generation,
+                lease_token=lease.lease_token,
+                report=held.report,
+                actor=self.agent.label,
+            )
+        except DomainError as refused:
+            self.agent_held.remove(held)
+            return f"agent report rejected {type(refused).__name__}"
+        self.checks += 1
+        fresh = before.status == S.RUNNING and before.lease_generation == lease.lease_generation
+        if not fresh and after.state_version != before.state_version:
+            raise Violation(
+                "fencing",
+                f"a stale agent report was accepted: {before.pk} reported under generation "
+                f"{lease.lease_generation} while it was {before.status} at generation "
+                f"{before.lease_generation}",
+            )
+        if step.fault != "lost":
+            self.agent_held.remove(held)  # else: the agent did not see the answer, sends again
+        return f"agent reported {before.pk[-6:]} -> {after.status}" + (
+            " (lost response)" if step.fault == "lost" else ""
+        )
+
+    def coverage(self) -> dict[str, int]:
+        """What the run got to exercise (printed by the command; the tests require some)."""
+        text = "\n".join(self.trace)
+        ops = self._ops()
+        return {
+            "claims": text.count(" claimed "),
+            "acceptances": text.count(" accepted "),
+            "batch reports": len(re.findall(r"batch accepted [1-9]", text)),
+            "agent reports": len(re.findall(r"agent reported \S+ -> ", text)),
+            "artifacts accepted": text.count("accepted artifact"),
+            "checks passed": CheckResult.objects.filter(
+                task_id__in=self.tasks, result="passed"
+            ).count(),
+            "tasks succeeded with checks": Task.objects.filter(
+                pk__in=self.tasks, outcome="succeeded", required_checks__isnull=False
+            )
+            .distinct()
+            .count(),
+            "compensations": ops.filter(compensates__isnull=False).count(),
+            "signals delivered": Signal.objects.filter(
+                task_id__in=self.tasks, consumed_at__isnull=False
+            ).count(),
+            "signals late or duplicate": Signal.objects.filter(
+                task_id__in=self.tasks, disposition=Signal.LATE
+            ).count()
+            + text.count("duplicate"),
+            "timers fired": Event.objects.filter(
+                task_id__in=self.tasks, type="timer.fired"
+            ).count(),
+            "hostile steps": ops.filter(step__in=HOSTILE_STEPS).count(),
+        }
+
     # --- invariants ------------------------------------------------------------------------
 
     def check(self) -> None:
@@ -643,8 +1013,10 @@ class World:
         dedupes (replay), the inventory receiver is looked up before a call is repeated
         (lookup), and a notification (no contract) repeats only when a person retried it."""
         charges = Charge.objects.filter(kind="charge").values("key")
+        refunds = Charge.objects.filter(kind="refund").values("key")
         for rows, name in (
             (charges, "payments"),
+            (refunds, "refunds"),
             (Reservation.objects.values("key"), "inventory"),
         ):
             for row in rows.annotate(n=Count("id")).filter(n__gt=1)[:1]:
@@ -665,17 +1037,17 @@ class World:
         """Every operation is terminal, unresolved with evidence, or still owned or on its way:
         running under a lease, pending with an announcement (or in a paused task), or waiting."""
         ops = list(
-            Operation.objects.filter(pk__in=self.ops).values_list(
+            self._ops().values_list(
                 "id", "status", "lease_expires_at", "executor", "kind", "status_reason", "task_id"
             )
         )
         called = set(
-            Invocation.objects.filter(operation_id__in=self.ops).values_list(
+            Invocation.objects.filter(operation__task_id__in=self.tasks).values_list(
                 "operation_id", flat=True
             )
         )
         announced = set(
-            OutboxMessage.objects.filter(operation_id__in=self.ops).values_list(
+            OutboxMessage.objects.filter(operation__task_id__in=self.tasks).values_list(
                 "operation_id", flat=True
             )
         )
@@ -699,7 +1071,9 @@ class World:
     def inv_possible_effect_not_cancelled(self) -> None:
         """A stop never turns a possible effect into ``cancelled`` (runtime.stoprule)."""
         rows = (
-            Invocation.objects.filter(operation__in=self.ops, operation__status=S.CANCELLED)
+            Invocation.objects.filter(
+                operation__task_id__in=self.tasks, operation__status=S.CANCELLED
+            )
             .exclude(outcome__in=CONFIRMED_OUTCOMES)
             .values_list("operation_id", "operation__tool")
         )
@@ -772,6 +1146,134 @@ class World:
                         f"child {child.pk} used {used} {meter.meter}, parent counts {parent_total}",
                     )
 
+    def inv_signals(self) -> None:
+        """A signal is delivered exactly once to one wait, and none is lost: every consumed
+        signal names a wait that succeeded with that very event; no wait consumed two; every
+        signal wait that succeeded consumed one; a buffered signal is never left waiting beside
+        a wait for its name; a duplicate or late signal is never consumed."""
+        waits = {op.pk: op for op in self._ops().filter(kind=Operation.KIND_WAIT_SIGNAL)}
+        consumed: dict[str, str] = {}
+        for sig in Signal.objects.filter(task_id__in=self.tasks).order_by("received_at", "id"):
+            if sig.consumed_at is None:
+                continue
+            if sig.disposition not in (Signal.DELIVERED, Signal.BUFFERED):
+                raise Violation("signal-once", f"{sig.disposition} signal {sig.pk} consumed")
+            op = waits.get(sig.operation_id or "")
+            event = (op.result or {}).get("event_id") if op is not None else None
+            if op is None or op.status != S.SUCCEEDED or event != sig.event_id:
+                raise Violation(
+                    "signal-once",
+                    f"signal {sig.pk} ({sig.event_id}) consumed by {sig.operation_id}, which is "
+                    f"{op.status if op else 'no wait'} with event {event}",
+                )
+            if sig.operation_id in consumed:
+                raise Violation(
+                    "signal-once",
+                    f"wait {sig.operation_id} consumed {consumed[sig.operation_id]} and {sig.pk}",
+                )
+            consumed[str(sig.operation_id)] = sig.pk
+        for op in waits.values():
+            if op.status == S.SUCCEEDED and op.pk not in consumed:
+                raise Violation("signal-once", f"wait {op.pk} succeeded with no signal consumed")
+        waiting = {(op.task_id, op.signal) for op in waits.values() if op.status == S.WAITING}
+        left = Signal.objects.filter(
+            task_id__in=self.tasks, disposition=Signal.BUFFERED, consumed_at__isnull=True
+        ).values_list("pk", "task_id", "name")
+        for pk, task_id, name in left:
+            if (task_id, name) in waiting:
+                raise Violation(
+                    "signal-once", f"buffered signal {pk} left beside a wait for {name!r}"
+                )
+
+    def inv_timers(self) -> None:
+        """A timer fires once, never before it is due."""
+        fired = (
+            Event.objects.filter(task_id__in=self.tasks, type="timer.fired")
+            .values("operation_id")
+            .annotate(n=Count("id"), at=Min("at"))
+        )
+        for row in fired:
+            due = self.timer_due.get(row["operation_id"])
+            if row["n"] > 1 or (due is not None and row["at"] < due):
+                raise Violation(
+                    "timer-on-time",
+                    f"timer {row['operation_id']} fired {row['n']} time(s), first at "
+                    f"{row['at']}, due {due}",
+                )
+
+    def inv_checks(self) -> None:
+        """A task succeeds only when every required check passed on its current accepted
+        artifact: the oracle knows whether that artifact's bytes satisfy the schema, and a
+        pass recorded on an artifact since replaced does not count."""
+        done = Task.objects.filter(pk__in=self.tasks, outcome="succeeded").values_list(
+            "pk", flat=True
+        )
+        for rc in RequiredCheck.objects.filter(task_id__in=done).order_by("id"):
+            name = str(rc.config.get("artifact"))
+            current = Artifact.objects.filter(task_id=rc.task_id, name=name, status="accepted")
+            subject = current.first()
+            passed = (
+                subject is not None
+                and CheckResult.objects.filter(
+                    task_id=rc.task_id,
+                    name=rc.name,
+                    result="passed",
+                    subject_id=subject.pk,
+                    subject_digest=subject.digest,
+                ).exists()
+            )
+            valid = subject is not None and self.valid.get(subject.pk, False)
+            if current.count() != 1 or not passed or not valid:
+                raise Violation(
+                    "success-needs-checks",
+                    f"task {rc.task_id} succeeded but check {rc.name!r} did not pass on its "
+                    f"current {name} ({subject.pk if subject else 'none accepted'}, "
+                    f"content {'valid' if valid else 'invalid'}, pass recorded: {passed})",
+                )
+
+    def inv_sagas(self) -> None:
+        """Every succeeded effect of a task that ended failed or cancelled with
+        ``compensate_on`` is compensated, being compensated, or with a person: once nothing of
+        the task is left to run, no compensable effect is still plainly succeeded."""
+        moving = (
+            S.PENDING,
+            S.RETRY_SCHEDULED,
+            S.RUNNING,
+            S.WAITING,
+            S.WAITING_APPROVAL,
+            S.COMPENSATING,
+        )
+        ended = {
+            pk: outcome
+            for pk, outcome, wanted in Task.objects.filter(
+                pk__in=self.tasks, condition=TaskCondition.TERMINAL
+            ).values_list("pk", "outcome", "compensate_on")
+            if outcome and outcome in (wanted or [])
+        }
+        if not ended:
+            return
+        ops = list(Operation.objects.filter(task_id__in=list(ended)).order_by("id"))
+        busy = {op.task_id for op in ops if op.status in moving}
+        for op in ops:
+            if op.task_id in busy:
+                continue
+            adapter = adapters().get(op.tool)
+            # A success a person asserted with evidence only (no receiver result) has no
+            # effect the saga can name: it cannot be undone automatically.
+            asserted = isinstance(op.result, dict) and "resolution" in op.result
+            if (
+                op.status == S.SUCCEEDED
+                and op.compensates_id is None
+                and adapter is not None
+                and adapter.compensation_tool
+                and not asserted
+            ):
+                raise Violation(
+                    "saga-unwound",
+                    f"task {op.task_id} ended {ended[op.task_id]} (compensate_on) and is at "
+                    f"rest, but {op.pk} ({op.tool}, step {op.step!r}) is still succeeded",
+                )
+
 
 INVARIANTS = (
     "effect-once",
@@ -782,6 +1284,10 @@ INVARIANTS = (
     "journals",
     "first-ending",
     "children-in-parents",
+    "signals",
+    "timers",
+    "checks",
+    "sagas",
 )
 
 
@@ -804,7 +1310,7 @@ def run(seed: int, schedule: list[Step], *, record: bool = True) -> Outcome:
                 return Outcome(index + 1, world.checks, crash, index, world.trace)
             if record:
                 world.trace.append(f"{index} {step.action} {note}")
-        return Outcome(len(schedule), world.checks, None, None, world.trace)
+        return Outcome(len(schedule), world.checks, None, None, world.trace, world.coverage())
 
 
 def shrink(seed: int, schedule: list[Step], outcome: Outcome, *, seconds: float) -> list[Step]:

@@ -74,6 +74,7 @@ class Command(BaseCommand):
             out.write(f"invariants checked {outcome.checks}")
             out.write(f"schedule {schedule_digest(schedule)}")
             if outcome.violation is None or outcome.failed_at is None:
+                out.write("covered " + ", ".join(f"{k} {v}" for k, v in outcome.coverage.items()))
                 out.write("ok: no invariant broken")
                 return
             out.write(f"FAILED invariant {outcome.violation.invariant}: {outcome.violation.detail}")
