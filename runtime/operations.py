@@ -52,6 +52,7 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.plants import planted
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
+from runtime.specs import OperationSpec
 from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
 from runtime.stoprule import stop_target, task_stopping, unconfirmed_calls_txn
 from runtime.tasks import (
@@ -76,25 +77,6 @@ from runtime.waits import wait_propose
 S = OperationStatus
 
 MAX_ATTEMPTS_CEILING = 100
-
-
-@dataclass
-class OperationSpec:
-    kind: str = Operation.KIND_TOOL
-    tool: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-    step: str = ""
-    intent_version: int = 1
-    idempotency_key: str | None = None
-    estimate: dict[str, float] = field(default_factory=dict)
-    executor: str = Operation.EXECUTOR_WORKER
-    max_attempts: int | None = None
-    signal: str = ""
-    timeout_seconds: int | None = None
-    approval_timeout_seconds: int | None = None
-    # The runtime derived ``idempotency_key`` itself (runtime.keys; a check run's): exempt from
-    # the rule that keeps callers' keys out of the derived domains. Never set from a request.
-    key_derived: bool = False
 
 
 def _validate(spec: OperationSpec) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -35,6 +35,7 @@ from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.publish import WAKE_WAIT, publish
+from runtime.specs import OperationSpec
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tasks import (
     given_key_validate,
@@ -46,9 +47,6 @@ from runtime.tasks import (
 )
 from runtime.text import name_check
 from runtime.transitions import ApprovalStatus, OperationStatus
-
-if TYPE_CHECKING:
-    from runtime.operations import OperationSpec
 
 log = logging.getLogger(__name__)
 S = OperationStatus

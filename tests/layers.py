@@ -1,7 +1,8 @@
 """The import contract, checked by ``make lint`` (``python -m tests.layers``) and by the suite.
 
 - Modules of ``runtime`` and of ``console`` import each other without cycles (imports at module
-  level; those under ``if TYPE_CHECKING:`` are for the type checker only and do not count).
+  level, those under ``if TYPE_CHECKING:`` included: a type-only import is still a cycle the
+  layout should not need).
   Function-level imports, the usual way to dodge a cycle, are refused by ruff's PLC0415.
 - ``runtime`` never imports ``console``: the domain knows nothing of HTTP.
 - ``runtime.worker`` (the Celery tasks) is the top of the runtime: nothing imports it; work is
@@ -45,15 +46,11 @@ def modules() -> dict[str, Path]:
 
 
 def _module_level(tree: ast.Module) -> Iterator[ast.stmt]:
-    """Statements run at import: the body, into if/try blocks, except TYPE_CHECKING ones."""
+    """Statements at module level, into if/try blocks (``if TYPE_CHECKING:`` included)."""
     stack = list(tree.body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            if test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                stack.extend(node.orelse)
-                continue
             stack.extend(node.body + node.orelse)
         elif isinstance(node, ast.Try):
             stack.extend(node.body + node.orelse + node.finalbody)

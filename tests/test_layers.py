@@ -22,7 +22,7 @@ def test_the_contract_sees_a_cycle_a_domain_import_of_console_and_an_import_of_t
     assert any(p.startswith("runtime.models (bottom layer) imports") for p in problems)
 
 
-def test_type_checking_imports_do_not_count_but_module_level_ones_in_blocks_do(tmp_path):
+def test_imports_in_type_checking_and_try_blocks_count(tmp_path):
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from runtime.operations import OperationSpec\n"
@@ -31,4 +31,4 @@ def test_type_checking_imports_do_not_count_but_module_level_ones_in_blocks_do(t
     path = tmp_path / "m.py"
     path.write_text(source)
     known = {"runtime.operations": path, "runtime.tasks": path, "runtime.m": path}
-    assert layers.imports_of("runtime.m", path, known) == {"runtime.tasks"}
+    assert layers.imports_of("runtime.m", path, known) == {"runtime.operations", "runtime.tasks"}
