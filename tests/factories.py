@@ -10,10 +10,12 @@ from rest_framework.test import APIClient
 
 from runtime.accounts import console_user_create
 from runtime.actors import Actor, actor_for_agent, actor_for_user
+from runtime.executor import operation_execute
 from runtime.models import Operation, Task
 from runtime.operations import OperationSpec, operation_propose
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent, token_issue_for_user
+from runtime.transitions import OperationStatus
 
 _n = itertools.count(1)
 PASSWORD = "correct-horse-battery"
@@ -67,3 +69,19 @@ def operation(
         actor, task_obj.pk, OperationSpec(step=step or f"step-{next(_n)}", **spec)
     )
     return op
+
+
+def run_claimable(task_id: str) -> None:
+    """Run every claimable operation of the task in this process, as a worker would, until
+    none is left (the saga's compensations included)."""
+    for _ in range(20):
+        ready = list(
+            Operation.objects.filter(
+                task_id=task_id, status__in=OperationStatus.CLAIMABLE
+            ).values_list("pk", flat=True)
+        )
+        if not ready:
+            return
+        for op_id in ready:
+            operation_execute(op_id)
+    raise AssertionError("work kept appearing")

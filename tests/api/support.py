@@ -75,24 +75,35 @@ def raw_http(base_url: str, data: bytes, chunks: int = 1) -> tuple[int, str, dic
         step = max(1, -(-len(data) // chunks))
         for start in range(0, len(data), step):
             sock.sendall(data[start : start + step])
-        received = b""
-        while True:
+        return read_answer(sock)
+
+
+def read_answer(sock: Any) -> tuple[int, str, dict[str, str], bytes]:
+    """An HTTP/1.1 answer read from ``sock`` until its body is whole or the server closes (or
+    resets: a server closing on unread input), blocking with the socket's timeout: (status,
+    reason, headers with repeated ones joined by ", ", body)."""
+    received = b""
+    while True:
+        try:
             chunk = sock.recv(65536)
-            if not chunk:
+        except ConnectionResetError:
+            break  # the answer was read before the reset
+        if not chunk:
+            break
+        received += chunk
+        head, sep, rest = received.partition(b"\r\n\r\n")
+        if sep and b"content-length:" in head.lower():
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(rest) >= length:
                 break
-            received += chunk
-            head, sep, rest = received.partition(b"\r\n\r\n")
-            if sep and b"content-length:" in head.lower():
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                if len(rest) >= length:
-                    break
     head, _, body = received.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin1").split("\r\n")
     _, status, reason = status_line.split(" ", 2)
-    headers = {}
+    headers: dict[str, str] = {}
     for line in header_lines:
         name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
+        key = name.strip().lower()
+        headers[key] = ", ".join(filter(None, [headers.get(key), value.strip()]))
     return int(status), reason, headers, body
 
 

@@ -8,34 +8,18 @@ from __future__ import annotations
 import pytest
 
 from runtime.cancellation import task_fail
-from runtime.executor import operation_execute
 from runtime.keys import key_legacy
 from runtime.models import Event, Operation, Task
 from runtime.sandbox.models import Charge, Notification
-from runtime.transitions import OperationStatus as S
 from tests import factories
 from tests.api.support import assert_error, post_json
+from tests.factories import run_claimable
 
 pytestmark = [pytest.mark.django_db]
 
 
 def _ops_url(task_id: str) -> str:
     return f"/api/v1/tasks/{task_id}/operations"
-
-
-def _drain(task_id: str) -> None:
-    """Run every claimable operation of the task in this process, as a worker would."""
-    for _ in range(20):
-        ready = list(
-            Operation.objects.filter(task_id=task_id, status__in=S.CLAIMABLE).values_list(
-                "pk", flat=True
-            )
-        )
-        if not ready:
-            return
-        for op_id in ready:
-            operation_execute(op_id)
-    raise AssertionError("work kept appearing")
 
 
 def test_a_step_named_like_a_notification_and_the_notification_are_two_operations():
@@ -71,7 +55,7 @@ def test_a_step_cannot_take_the_key_of_a_compensation_so_the_saga_refunds():
         },
     )
     assert charge.status_code == 201, charge.content
-    _drain(task.pk)
+    run_claimable(task.pk)
     charge_id = Operation.objects.get(pk=charge.json()["id"]).result["id"]
     # A step spelled as the charge's key plus ":compensate", with the refund tool: before
     # escaping its key was exactly the compensation's, taken ahead of it.
@@ -88,7 +72,7 @@ def test_a_step_cannot_take_the_key_of_a_compensation_so_the_saga_refunds():
     assert squatter.status_code == 201, squatter.content
 
     task_fail(alice.actor, task.pk, "the order was abandoned")
-    _drain(task.pk)
+    run_claimable(task.pk)
 
     original = Operation.objects.get(pk=charge.json()["id"])
     assert original.status == "compensated"
@@ -112,7 +96,7 @@ def test_an_operation_stored_under_its_legacy_key_is_found_again_without_a_secon
     legacy = f"{namespace}/{key_legacy(derived)}"
     assert legacy != escaped
     Operation.objects.filter(pk=first.json()["id"]).update(idempotency_key=legacy)
-    _drain(task.pk)
+    run_claimable(task.pk)
     assert Notification.objects.filter(key=legacy).count() == 1
     events = Event.objects.filter(task=task).count()
 
@@ -120,7 +104,7 @@ def test_an_operation_stored_under_its_legacy_key_is_found_again_without_a_secon
     assert again.status_code == 200, again.content
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["idempotency_key"] == legacy
-    _drain(task.pk)
+    run_claimable(task.pk)
     assert Operation.objects.filter(task=task).count() == 1
     assert Event.objects.filter(task=task).count() == events
     assert Notification.objects.count() == 1

@@ -20,6 +20,7 @@ from django.test import Client
 
 from runtime.models import Artifact, Task
 from tests import factories
+from tests.api.support import read_answer
 from tests.conftest import Server, server_start
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -54,30 +55,8 @@ def _head(method: str, path: str, headers: dict[str, str]) -> bytes:
 
 
 def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """The response, read until its body is whole or the server closes (blocking, with the
-    socket's timeout: a server waiting for the body it was not sent never answers)."""
-    received = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            break  # the answer was read before the reset (a server closing on unread input)
-        if not chunk:
-            break
-        received += chunk
-        head, sep, rest = received.partition(b"\r\n\r\n")
-        if sep and b"content-length:" in head.lower():
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(rest) >= length:
-                break
-    head, _, body = received.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        key = name.strip().lower()
-        headers[key] = ", ".join(filter(None, [headers.get(key), value.strip()]))
-    return int(status_line.split(" ")[1]), headers, body
+    status, _, headers, body = read_answer(sock)
+    return status, headers, body
 
 
 def _error_code(body: bytes) -> str:

@@ -8,31 +8,15 @@ import pytest
 
 from runtime.cancellation import task_fail
 from runtime.executions import execution_for_agent
-from runtime.executor import operation_execute
 from runtime.leases import Lease, operation_claim
 from runtime.models import Operation
 from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
 from runtime.sandbox.models import Charge
-from runtime.transitions import OperationStatus as S
 from tests import factories
+from tests.factories import run_claimable
 
 pytestmark = [pytest.mark.django_db]
-
-
-def _drain(task_id: str) -> None:
-    """Run every claimable operation of the task in this process, as a worker would."""
-    for _ in range(20):
-        ready = list(
-            Operation.objects.filter(task_id=task_id, status__in=S.CLAIMABLE).values_list(
-                "pk", flat=True
-            )
-        )
-        if not ready:
-            return
-        for op_id in ready:
-            operation_execute(op_id)
-    raise AssertionError("work kept appearing")
 
 
 def test_two_compensable_effects_of_one_step_both_unwind():
@@ -49,11 +33,11 @@ def test_two_compensable_effects_of_one_step_both_unwind():
         )
         for n in (1, 2)
     ]
-    _drain(task.pk)
+    run_claimable(task.pk)
     assert {Operation.objects.get(pk=c.pk).status for c in charges} == {"succeeded"}
 
     task_fail(owner.actor, task.pk, "the order was abandoned")
-    _drain(task.pk)
+    run_claimable(task.pk)
 
     for charge in charges:
         assert Operation.objects.get(pk=charge.pk).status == "compensated"
@@ -71,7 +55,7 @@ def test_a_second_compensation_after_a_no_effect_resolution_gets_its_own_key():
     original = factories.operation(
         owner, task, tool="demo.inventory.reserve", params={"sku": "a", "qty": 1}
     )
-    _drain(task.pk)
+    run_claimable(task.pk)
     original.refresh_from_db()
     assert original.status == "succeeded"
     # Support decides to undo it.
@@ -110,7 +94,7 @@ def test_a_second_compensation_after_a_no_effect_resolution_gets_its_own_key():
     second = Operation.objects.filter(compensates=original).exclude(pk=first.pk).get()
     assert second.idempotency_key != first.idempotency_key
     assert second.idempotency_key.endswith(":v2")
-    _drain(task.pk)
+    run_claimable(task.pk)
     second.refresh_from_db()
     original.refresh_from_db()
     assert (second.status, original.status) == ("succeeded", "compensated")
