@@ -168,8 +168,9 @@ def budget_reserve_txn(
 
 
 def budget_rehold_needed(budget: Mapping[str, Any], op: Operation) -> bool:
-    """A re-dispatch needs a fresh hold when the earlier one turned unknown (a lost call) and
-    nothing is held any more. One indexed read, only for budgeted tasks."""
+    """A re-dispatch needs a fresh hold when nothing is held any more: the earlier call's hold
+    was settled with its usage (a retry) or turned unknown (a lost call). One indexed read,
+    only for budgeted tasks."""
     if not budget or not effective_estimate(budget, op.estimate or {}, kind=op.kind):
         return False
     return not BudgetHold.objects.filter(operation=op, status=BudgetHold.HELD).exists()
@@ -222,11 +223,13 @@ def budget_settle_txn(
     """Settle one accepted report of invocation ``number``.
 
     Observed usage is posted (idempotently). ``outcome`` ``unknown`` turns the held amounts into
-    unknown (the call may have cost anything up to its hold); otherwise a ``final`` settlement
-    releases what is held, and one that confirms an effect whose earlier call was lost (replay,
-    lookup: ``repeats_lost_call``) also settles those unknown amounts; a pure call repeated is a
-    second execution, so what the lost one may have cost stays unknown. A retry keeps its hold
-    for the next call.
+    unknown (the call may have cost anything up to its hold); otherwise the hold is released:
+    the call it covered is over and its usage posted. A retry's next call holds anew when it is
+    dispatched, under the same guard as any admission (runtime.leases), so a retry can never
+    spend past its attempt's limit, not even in an attempt a newer one replaced (whose limit
+    shrank to what it had committed). A final settlement that confirms an effect whose earlier
+    call was lost (replay, lookup: ``repeats_lost_call``) also settles those unknown amounts; a
+    pure call repeated is a second execution, so what the lost one may have cost stays unknown.
 
     Preconditions: inside the caller's transaction, after the operation's transition."""
     if not budget:
@@ -249,9 +252,9 @@ def budget_settle_txn(
             )
     if outcome == "unknown":
         _holds_move_txn(op, BudgetHold.HELD, BudgetHold.UNKNOWN, actor=actor, now=now)
-    elif final:
+    else:
         _holds_move_txn(op, BudgetHold.HELD, BudgetHold.SETTLED, actor=actor, now=now)
-        if outcome == "succeeded" and number > 1 and repeats_lost_call:
+        if final and outcome == "succeeded" and number > 1 and repeats_lost_call:
             # The effect is now confirmed with its usage posted: what a lost call might have cost
             # is the same effect (replayed or looked up), not a second liability.
             _holds_move_txn(op, BudgetHold.UNKNOWN, BudgetHold.SETTLED, actor=actor, now=now)

@@ -185,8 +185,9 @@ def _slot_free_txn(operation_id: str, now: datetime) -> bool:
 
 
 def _rehold_txn(op: Operation, now: datetime) -> None:
-    """A re-dispatch after a lost call (its hold turned unknown) holds the estimate again, or does
-    not start (raises _LedgerRefused). No statement for a first call or an unbudgeted task."""
+    """A re-dispatch (after a retry settled its call's hold, or a lost call turned it unknown)
+    holds the estimate again, or does not start (raises _LedgerRefused). No statement for a
+    first call or an unbudgeted task."""
     if op.attempts_used <= 1:
         return
     budget = task_budget(op.task_id)
@@ -205,17 +206,20 @@ def _rehold_txn(op: Operation, now: datetime) -> None:
 
 
 def _ledger_refused(operation_id: str, now: datetime, *, actor: str) -> Refusal:
-    """An earlier call's usage is unknown and the ledger cannot hold another: the work stops
-    here; where the earlier call may have had an effect, a person decides."""
+    """The ledger cannot hold another call: the work stops here. Where an earlier call may have
+    had an effect nobody confirmed (its usage unknown), a person decides; where every earlier
+    call's outcome is known (a retry after confirmed failures), the work failed."""
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
         if op is None or op.status not in S.CLAIMABLE:
             return Refusal("another claimant won")
         reason = "budget exhausted: the ledger cannot hold another call"
-        pure = contract_of(op.tool) == Contract.PURE
+        possible_effect = contract_of(op.tool) != Contract.PURE and bool(
+            unconfirmed_calls_txn([op.pk])
+        )
         return _settle_or_refuse(
             op,
-            S.FAILED if pure else S.UNRESOLVED,
+            S.UNRESOLVED if possible_effect else S.FAILED,
             now=now,
             actor=actor,
             reason=reason,

@@ -288,28 +288,57 @@ def test_a_backoff_that_would_pass_the_deadline_is_not_scheduled(settings):
     assert amounts(task) == (0, 0, 0)
 
 
-def test_a_retry_that_fits_keeps_its_hold_for_the_next_call(settings):
+def _fail_transiently(op, lease, usage):
     from runtime.operations import operation_report
 
-    settings.RETRY_BASE_SECONDS = 1
-    alice = factories.agent()
-    task = factories.task(alice, deadline_seconds=600, budget={"cost_cents": 100})
-    op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
-    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
     operation_report(
         op.pk,
         lease_generation=lease.lease_generation,
         lease_token=lease.lease_token,
         state_version=lease.state_version,
-        report=Report(
-            outcome="failed", error_kind="transient", message="flaky", usage={"cost_cents": 2}
-        ),
+        report=Report(outcome="failed", error_kind="transient", message="flaky", usage=usage),
         execution_id=None,
         rng=_Longest(),  # type: ignore[arg-type]
     )
     op.refresh_from_db()
+
+
+def test_a_retrys_call_is_settled_and_the_next_call_holds_anew_at_dispatch(settings):
+    settings.RETRY_BASE_SECONDS = 1
+    alice = factories.agent()
+    task = factories.task(alice, deadline_seconds=600, budget={"cost_cents": 100})
+    op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 10})
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
+    _fail_transiently(op, lease, {"cost_cents": 2})
     assert op.status == "retry_scheduled"
+    # The call is over: its usage posted, its hold released (no double count of one call).
+    assert amounts(task) == (0, 2, 0)
+    Operation.objects.filter(pk=op.pk).update(next_attempt_at=timezone.now())
+    agent_claim(op.pk, exe("exe_agent_2"), actor=alice.actor.label)
     assert amounts(task) == (10, 2, 0)
+    assert BudgetHold.objects.get(operation=op, status="held").number == 2
+
+
+def test_a_retry_the_ledger_cannot_cover_fails_instead_of_passing_the_limit(settings):
+    """Call 1 failed after spending 45 of the 90 ordinary work may use; call 2 needs its 50
+    again. The retry does not start: it failed (every earlier call's outcome is known, so there
+    is nothing for a person to settle), and the meter never shows more than its limit."""
+    settings.RETRY_BASE_SECONDS = 1
+    alice = factories.agent()
+    task = factories.task(alice, deadline_seconds=600, budget={"cost_cents": 100})
+    op = factories.operation(alice, task, executor="agent", estimate={"cost_cents": 50})
+    lease = agent_claim(op.pk, exe("exe_agent"), actor=alice.actor.label)
+    _fail_transiently(op, lease, {"cost_cents": 45})
+    assert op.status == "retry_scheduled"
+    Operation.objects.filter(pk=op.pk).update(next_attempt_at=timezone.now())
+    with pytest.raises(Exception, match="not claimable"):
+        agent_claim(op.pk, exe("exe_agent_2"), actor=alice.actor.label)
+    op.refresh_from_db()
+    assert op.status == "failed"
+    assert op.error["kind"] == "budget_exhausted"
+    assert amounts(task) == (0, 45, 0)
+    m = meter(task)
+    assert m.reserved + m.posted + m.unknown <= m.limit - m.reserve
 
 
 def test_tasks_near_a_limit_are_found_in_the_database_fullest_first():

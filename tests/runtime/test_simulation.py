@@ -111,25 +111,28 @@ def test_a_person_confirming_an_unresolved_charge_in_a_saga_task_is_no_500():
     assert outcome.trace[-1].endswith("succeeded"), outcome.trace
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: an operation of a superseded attempt that retries posts its call and "
-    "keeps its hold in the old attempt's ledger, which the new attempt cut down to what was held",
-)
 def test_an_old_attempts_retry_keeps_its_ledger_balanced():
     """Found by SEED=12 (budgets-balance). A budgeted task's operation is running in attempt 1;
     a new attempt moves what attempt 1 does not hold to attempt 2 (attempt 1's tool_calls limit
     becomes 1, its hold); the old operation then reports a transient failure: its call is posted
-    (1) and its hold kept for the retry (1): limit 1 < reserved 1 + posted 1."""
+    (1) and its hold kept for the retry (1): limit 1 < reserved 1 + posted 1. Now a retry's call
+    settles its hold and the next call holds anew at dispatch, which the shrunk ledger refuses:
+    the old attempt's work fails there (budget exhausted) instead of spending past its limit."""
     schedule = _steps(
         ("propose", 1, 5, "none"),  # an echo with usage in the budgeted task
         ("claim", 0, 0, "none"),
         ("call", 0, 4, "none"),  # transient failure
         ("new_attempt", 1, 0, "none"),
-        ("report", 0, 0, "none"),
+        ("report", 0, 0, "none"),  # retry scheduled: the call posted, its hold released
+        ("tick", 44, 0, "none"),  # past any backoff
+        ("claim", 0, 0, "none"),  # the retry cannot hold again in the shrunk ledger
     )
     outcome = run(1, schedule)
     assert outcome.violation is None, outcome.violation
+    assert "refused" in outcome.trace[-1], outcome.trace
+    old = Operation.objects.get(status="failed")
+    assert old.error["kind"] == "budget_exhausted", old.error
+    assert old.attempt_id != old.task.current_attempt_id
 
 
 def test_hostile_step_names_never_take_another_intents_key():
