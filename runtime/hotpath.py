@@ -238,8 +238,14 @@ _CLAIM_GUARDS = f"""{_unindexed(f"o.status IN {_in(CLAIM_SOURCES)}")}
 _CLAIM_SQL = f"""
 WITH prev AS (
   -- The status the claim leaves, for the journal's "from" (as the general path writes it):
-  -- read under the row's lock, so it is the version the UPDATE below replaces.
-  SELECT id, status FROM runtime_operation WHERE id = %(id)s FOR UPDATE
+  -- read under the row's lock, so it is the version the UPDATE below replaces. Only a row the
+  -- claim can take is locked (a duplicate delivery of running work locks nothing, so a batch
+  -- claimer's SKIP LOCKED never skips a row for it), and with the UPDATE's own strength: FOR
+  -- UPDATE would also block the key-share locks that rows inserted for the operation by
+  -- other transactions take (events, invocations).
+  SELECT id, status FROM runtime_operation
+  WHERE id = %(id)s AND {_unindexed(f"status IN {_in(CLAIM_SOURCES)}")}
+  FOR NO KEY UPDATE
 ), op AS (
   UPDATE runtime_operation o SET
 {_CLAIM_SET}

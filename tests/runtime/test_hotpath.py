@@ -492,18 +492,22 @@ def _claim_statement(op: Operation, execution: str) -> Operation | None:
     first)."""
     from django.db import transaction
 
-    now = timezone.now()
     with transaction.atomic():
-        return hotpath.claim_txn(
-            op.pk,
-            execution_id=execution,
-            executor=op.executor,
-            lease_seconds=30,
-            token_digest="digest",
-            supported=[f"{op.tool}:{op.tool_version}"],
-            actor=f"execution:{execution}",
-            now=now,
-        )
+        return _claim_statement_txn(op, execution)
+
+
+def _claim_statement_txn(op: Operation, execution: str) -> Operation | None:
+    """The claim statement inside the caller's transaction."""
+    return hotpath.claim_txn(
+        op.pk,
+        execution_id=execution,
+        executor=op.executor,
+        lease_seconds=30,
+        token_digest="digest",
+        supported=[f"{op.tool}:{op.tool_version}"],
+        actor=f"execution:{execution}",
+        now=timezone.now(),
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -604,3 +608,54 @@ def test_the_claim_statement_never_takes_work_of_a_paused_task(settings):
     lease = operation_claim(op.pk, execution_id=execution)
     assert isinstance(lease, Lease) and lease.lease_generation == 1
     assert Invocation.objects.filter(operation=op).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_statement_locks_only_what_it_takes_and_no_stronger_than_its_update():
+    """The claim reads the status it leaves under the row's lock (the journal's "from"). That
+    read locks nothing of a row it cannot take (a duplicate delivery of running work: a batch
+    claimer's SKIP LOCKED must not skip the row for it, nor wait), and locks a row it takes with
+    the UPDATE's own strength (FOR NO KEY UPDATE), so another transaction inserting an event or
+    an invocation for the operation (a key-share lock) is not made to wait. Checked from a
+    second connection while the claiming transaction is held open in its own thread."""
+    import threading
+
+    from django.db import transaction
+
+    from tests.concurrency import in_thread
+
+    alice = factories.agent()
+    task = factories.task(alice)
+    running = factories.operation(alice, task)
+    worker = execution_for_agent("w").pk
+    assert isinstance(operation_claim(running.pk, execution_id=worker), Lease)
+    pending = factories.operation(alice, task)
+    inside, release = threading.Event(), threading.Event()
+    claimed: dict[str, Any] = {}
+
+    def claim_and_hold() -> None:
+        with transaction.atomic():
+            claimed["running"] = _claim_statement_txn(running, worker)
+            claimed["pending"] = _claim_statement_txn(pending, worker)
+            inside.set()
+            assert release.wait(timeout=30)
+
+    thread, future = in_thread(claim_and_hold)
+    try:
+        assert inside.wait(timeout=30)
+        assert claimed["running"] is None and claimed["pending"] is not None
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM runtime_operation WHERE id = %s FOR UPDATE SKIP LOCKED",
+                [running.pk],
+            )
+            assert cur.fetchall() == [(running.pk,)]  # the refused claim locked nothing
+            cur.execute(
+                "SELECT id FROM runtime_operation WHERE id = %s FOR KEY SHARE NOWAIT",
+                [pending.pk],
+            )
+            assert cur.fetchall() == [(pending.pk,)]  # taken, yet a foreign key check passes
+    finally:
+        release.set()
+        future.result(timeout=30)
+        thread.join()
