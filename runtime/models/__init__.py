@@ -18,6 +18,7 @@ from runtime.models.operations import (
 from runtime.models.outbox import OutboxMessage
 from runtime.models.principals import Agent, ApiToken, AuditRecord, RateCounter
 from runtime.models.requests import IdempotentRequest
+from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.tasks import Attempt, Task, TaskCount
 
 __all__ = [
@@ -42,6 +43,9 @@ __all__ = [
     "RejectedObservation",
     "RequiredCheck",
     "Resolution",
+    "Schedule",
+    "ScheduleEvent",
+    "ScheduleRun",
     "Signal",
     "Task",
     "TaskCommand",

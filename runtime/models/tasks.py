@@ -65,6 +65,15 @@ class Task(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
+    # The schedule that started it, if any (runtime.schedules); indexed with the list's order.
+    schedule = models.ForeignKey(
+        "runtime.Schedule",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="tasks",
+        db_index=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -73,6 +82,11 @@ class Task(models.Model):
             models.Index(fields=["agent", "-created_at", "-id"], name="task_agent_recent"),
             models.Index(fields=["-created_at", "-id"], name="task_recent"),
             models.Index(fields=["condition", "outcome"], name="task_condition_outcome"),
+            models.Index(
+                fields=["schedule", "-created_at", "-id"],
+                name="task_schedule_recent",
+                condition=models.Q(schedule__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
