@@ -49,8 +49,13 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy runtime console client/agent_console_client
 
+# PYTEST_WORKERS processes share the suite, a file at a time (a module's fixtures stay in one
+# process); each has its own test database (pytest-django's _gw<N>) and Redis database
+# (tests/xdist_env.py, loaded before the settings are read). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 pytest: install
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) PYTHONPATH=. \
+	  $(VENV)/bin/pytest -p tests.xdist_env -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The API and the runtime once more on the embedded database (SQLite, no Redis), the mode users
 # meet first; tests that need PostgreSQL's row locks or real workers are left to the pass above.

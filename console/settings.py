@@ -304,6 +304,9 @@ RATE_TOKEN_PER_ACCOUNT = _env_int("RATE_TOKEN_PER_ACCOUNT", 10)
 RATE_TOKEN_PER_ADDRESS = _env_int("RATE_TOKEN_PER_ADDRESS", 50)
 # How often an open event stream re-checks that its token was not revoked.
 TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
+# A caller the web server verified before a body within this many seconds is let send its next
+# body at once (console.edge.recently_admitted); the view verifies it again either way.
+EDGE_ADMITTED_SECONDS = float(os.environ.get("EDGE_ADMITTED_SECONDS") or 2.0)
 
 # Demo tools (simulated receivers and fault knobs): on unless production, overridable.
 DEMO_TOOLS = os.environ.get("DEMO_TOOLS", "0" if PRODUCTION else "1") == "1"

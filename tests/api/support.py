@@ -79,8 +79,8 @@ def raw_http(base_url: str, data: bytes, chunks: int = 1) -> tuple[int, str, dic
 
 
 def read_answer(sock: Any) -> tuple[int, str, dict[str, str], bytes]:
-    """An HTTP/1.1 answer read from ``sock`` until its body is whole or the server closes (or
-    resets: a server closing on unread input), blocking with the socket's timeout: (status,
+    """An HTTP/1.1 answer read from ``sock`` until its body is whole (a 101's head is whole), or
+    the server closes (or resets: a server closing on unread input), blocking with the socket's timeout: (status,
     reason, headers with repeated ones joined by ", ", body)."""
     received = b""
     while True:
@@ -92,6 +92,8 @@ def read_answer(sock: Any) -> tuple[int, str, dict[str, str], bytes]:
             break
         received += chunk
         head, sep, rest = received.partition(b"\r\n\r\n")
+        if sep and head.startswith(b"HTTP/1.1 101 "):
+            break  # switching protocols: no body follows, the connection stays open
         if sep and b"content-length:" in head.lower():
             length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             if len(rest) >= length:

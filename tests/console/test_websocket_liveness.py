@@ -18,8 +18,9 @@ from tests.streams import session_of, websocket
 
 pytestmark = [pytest.mark.postgres]
 
-# Long enough for an idle socket's receive to block, time out in Redis and block again twice.
-QUIET_SECONDS = 2.5 * RedisChannelLayer.brpop_timeout
+# Long enough for an idle socket's receive to block, time out in Redis and block again (the
+# broken read timeout equalled one block, so one block and a bit crosses it).
+QUIET_SECONDS = 1.4 * RedisChannelLayer.brpop_timeout
 
 
 def test_the_channel_layer_s_read_timeout_outlasts_its_blocking_receive():
