@@ -17,6 +17,7 @@ import argparse
 import http
 import json
 import os
+import tempfile
 from typing import Any
 
 import h11
@@ -145,6 +146,10 @@ def main(argv: list[str] | None = None) -> None:
 
     database_pooled(settings.DATABASES["default"], settings.DB_POOL_MAX)
     processes = max(1, int(os.environ.get("WEB_CONCURRENCY") or 1))
+    if processes > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Several processes answer /metrics in turn: their request counters are kept in files
+        # of one fresh directory that each of them reads (console.metrics).
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="console-metrics-")
     # By module name, not __main__'s: with several processes uvicorn hands them to its workers.
     from console.server import ContractH11Protocol, ContractWebSocketProtocol  # noqa: PLC0415 (by module name, for uvicorn's spawned workers)
 
@@ -165,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
         server_header=False,
         lifespan="off",
         log_level=os.environ.get("WEB_LOG_LEVEL", "info"),
+        # LOG_FORMAT=json: uvicorn's own lines go through the settings' JSON formatter too.
+        log_config=None if settings.LOG_FORMAT == "json" else uvicorn.config.LOGGING_CONFIG,
     )
 
 

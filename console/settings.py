@@ -68,6 +68,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so request latency covers the whole chain (console.metrics).
+    "console.metrics.RequestMetricsMiddleware",
+    "console.logformat.WorkContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -308,6 +311,10 @@ TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
 # body at once (console.edge.recently_admitted); the view verifies it again either way.
 EDGE_ADMITTED_SECONDS = float(os.environ.get("EDGE_ADMITTED_SECONDS") or 2.0)
 
+# The bearer token a Prometheus scraper presents at /metrics (admins may read it without): unset,
+# only admins can (runtime.policy.can_read_metrics).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
 # Demo tools (simulated receivers and fault knobs): on unless production, overridable.
 DEMO_TOOLS = os.environ.get("DEMO_TOOLS", "0" if PRODUCTION else "1") == "1"
 
@@ -438,11 +445,25 @@ SPECTACULAR_SETTINGS = {
     "ENFORCE_NON_BLANK_FIELDS": True,
 }
 
+# LOG_FORMAT=json: one JSON object per line (console.logformat); otherwise human-readable lines.
+# Either way a line about a piece of work carries its task, attempt, operation and execution ids.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {
+            "()": "console.logformat.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "console.logformat.json_formatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"runtime": {"level": os.environ.get("RUNTIME_LOG_LEVEL", "INFO")}},
 }

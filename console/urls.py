@@ -1,10 +1,14 @@
 from django.urls import include, path
 
+from console.admin import admin_site
 from console.api.public import DocsView, SchemaView
 from console.health import healthz
+from console.metrics import metrics
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
+    path("admin/", admin_site.urls),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="docs"),
     path("api/v1/", include("console.api.urls")),

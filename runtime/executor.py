@@ -29,6 +29,7 @@ from runtime.leases import (
     operation_claim,
     operations_claim_batch,
 )
+from runtime.logcontext import work_bound
 from runtime.models import Operation
 from runtime.operations import Report, operation_report, operations_report_batch
 from runtime.publish import DRAIN_QUEUE, publish
@@ -41,11 +42,23 @@ log = logging.getLogger(__name__)
 def operation_execute(operation_id: str) -> str:
     """Run one delivery of an operation; returns what happened, for logs and tests."""
     execution_id = execution_current()
+    # Every log line about this delivery carries its ids (runtime.logcontext).
+    with work_bound(operation_id=operation_id, execution_id=execution_id):
+        return _execute(operation_id, execution_id)
+
+
+def _execute(operation_id: str, execution_id: str) -> str:
     lease = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
     if isinstance(lease, Refusal):
         if lease.operation_exists:
             claim_refused_record(operation_id, execution_id, lease.reason)
+        log.debug("nothing to claim: %s", lease.reason)
         return "nothing_to_claim"
+    with work_bound(lease.operation):
+        return _run_claimed(operation_id, execution_id, lease)
+
+
+def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
     # Limits: a call that ignores a cancel past the grace period is ended by this worker.
     with CancelWatch(
         operation_id=operation_id,
@@ -71,6 +84,7 @@ def operation_execute(operation_id: str) -> str:
             "late result for %s under generation %s rejected", operation_id, lease.lease_generation
         )
         return "rejected"
+    log.debug("operation %s reported %s", operation_id, report.outcome)
     return report.outcome
 
 
@@ -92,6 +106,11 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
     if not tools or not (asked or drainer_wanted(queue)):
         return 0
     execution_id = execution_current()
+    with work_bound(execution_id=execution_id):
+        return _drain(queue, tools, execution_id)
+
+
+def _drain(queue: str, tools: list[str], execution_id: str) -> int:
     registration = Registration(queue)
     if not registration.renew():
         return 0
@@ -170,6 +189,11 @@ def _drain_again(queue: str) -> None:
 
 def _invoke(op: Operation, lease: Lease) -> Report:
     """Run the adapter outside any transaction: the receiver's commit is its own."""
+    with work_bound(op):
+        return _invoke_bound(op, lease)
+
+
+def _invoke_bound(op: Operation, lease: Lease) -> Report:
     adapter = adapter_for(op.tool)
 
     def heartbeat() -> bool:

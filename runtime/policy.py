@@ -25,6 +25,8 @@ so a refusal never reveals that another agent's task exists.
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
 | use the console | a signed-in person with a console role |
+| read the metrics (``/metrics``) | the holder of ``METRICS_TOKEN``; admins (roles read fresh) |
+| use the Django admin (``/admin/``, read-only) | admins (roles read fresh) |
 | manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
 | keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
 | read the tool catalogue | every authenticated caller (agents, users, console roles) |
@@ -289,3 +291,24 @@ def allowed(right: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
     except NotAuthorized:
         return False
     return True
+
+
+# Who presents METRICS_TOKEN: a scraper, not a person nor an agent (console.metrics).
+METRICS_SCRAPER = Actor(kind="system", name="metrics-scraper")
+
+
+def can_read_metrics(actor: Actor) -> None:
+    """``/metrics`` shows counts and ages of everyone's work (tools, queues, approvals): the
+    scraper holding ``METRICS_TOKEN``, or an admin. Never anonymous, whatever the network: a
+    proxy on the same host would make every visitor look local."""
+    if actor == METRICS_SCRAPER:
+        return
+    if actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN):
+        return
+    raise NotAuthorized("the metrics are read with METRICS_TOKEN or by an admin")
+
+
+def can_use_admin(actor: Actor) -> None:
+    """The Django admin (a read-only window on every table): admins, roles read now."""
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+        raise NotAuthorized("the admin is for admins")

@@ -32,6 +32,7 @@ from runtime.actors import Actor
 from runtime.approval_selectors import approvals_current
 from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
+from runtime.logcontext import work_bind
 from runtime.models import Operation, Task
 
 
@@ -265,8 +266,9 @@ class OperationClaim(ApiView):
     )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
-        operations.operation_get_for_agent(actor_of(request), operation_id)
+        op = operations.operation_get_for_agent(actor_of(request), operation_id)
         execution = execution_for_agent(actor_of(request).name)
+        work_bind(op, execution_id=execution.pk)  # the ids this request's log lines carry
         lease = leases.agent_claim(operation_id, execution.pk, actor=actor_of(request).label)
         return Response(
             {
@@ -299,7 +301,7 @@ class OperationHeartbeat(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.HeartbeatIn, request.data)
-        operations.operation_get_for_agent(actor_of(request), operation_id, leased=True)
+        work_bind(operations.operation_get_for_agent(actor_of(request), operation_id, leased=True))
         expires, cancel = leases.lease_heartbeat(
             operation_id, data["lease_generation"], data["lease_token"]
         )
@@ -317,6 +319,7 @@ class OperationComplete(ApiView):
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.CompleteIn, request.data)
         op = operations.operation_get_for_agent(actor_of(request), operation_id, leased=True)
+        work_bind(op)
         error = data.get("error") or {}
         if data["outcome"] == "failed" and not error:
             raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")
