@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-run run schema test lint typecheck pytest pytest-embedded bench simulate soak clean
+.PHONY: install install-run run demo schema test lint typecheck pytest pytest-embedded bench simulate soak clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ install-run: $(RUN_STAMP)
 run: install-run
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py runstack
+
+# The demo story (docs/operations.md#the-demo-story): the stack `make run` starts, kept busy by a
+# scripted agent through the Python client (refunds to approve, a flaky call, an unresolved
+# notification, a checked report, a budget running low), a pass every DEMO_INTERVAL seconds.
+DEMO_INTERVAL ?= 30
+demo: install-run
+	$(PY) -m pip install -q -e ./client
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo --with-stack --interval $(DEMO_INTERVAL)
 
 # The committed API reference, docs/openapi.yaml, from the code (tests/system/test_openapi_file.py
 # fails when they differ).
