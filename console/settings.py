@@ -390,6 +390,41 @@ CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.
 CODE_VERSION = os.environ.get("CODE_VERSION", "agent-console 0.1.0")
 
+# Notifications (docs/notifications.md). Email through Django's email framework: SMTP when
+# EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
+# EMAIL_USE_SSL), else, so a newcomer sees them, files under DATA_DIR/mail.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = _env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "0") == "1"
+EMAIL_USE_SSL = os.environ.get("EMAIL_USE_SSL", "0") == "1"
+EMAIL_TIMEOUT = _env_int("EMAIL_TIMEOUT", 20)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agent-console@localhost")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND") or (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.filebased.EmailBackend"
+)
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH") or str(DATA_DIR / "mail")
+# The console's address as people reach it: links in messages start with it.
+CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://localhost:8000").rstrip("/")
+# A deployment-wide webhook (signed with NOTIFY_WEBHOOK_SECRET) and a Slack incoming webhook.
+NOTIFY_WEBHOOK_URL = os.environ.get("NOTIFY_WEBHOOK_URL", "")
+NOTIFY_WEBHOOK_SECRET = os.environ.get("NOTIFY_WEBHOOK_SECRET", "")
+NOTIFY_SLACK_WEBHOOK_URL = os.environ.get("NOTIFY_SLACK_WEBHOOK_URL", "")
+# Webhooks to private, loopback or link-local addresses are refused unless this is 1.
+NOTIFY_ALLOW_PRIVATE_HOSTS = os.environ.get("NOTIFY_ALLOW_PRIVATE_HOSTS", "0") == "1"
+# At most one message per person (or webhook), kind and channel in this many seconds; later
+# ones are folded into the next (a digest).
+NOTIFY_DIGEST_SECONDS = _env_int("NOTIFY_DIGEST_SECONDS", 60)
+# An approval or a wait this close to its expiry gets a reminder (the sweeper).
+NOTIFY_EXPIRY_WARNING_SECONDS = _env_int("NOTIFY_EXPIRY_WARNING_SECONDS", 600)
+NOTIFY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_WEBHOOK_TIMEOUT_SECONDS") or 10.0)
+# Keys sealing admin-configured webhook URLs and deriving their signing secrets (first seals,
+# all open); unset, derived from SECRET_KEY (runtime/keyring.py).
+NOTIFY_KEYS = [k.strip() for k in os.environ.get("NOTIFY_KEYS", "").split(",") if k.strip()]
+
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -15,6 +15,7 @@ from runtime.db import db_now
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.models import Approval, Operation, Task
+from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import outbox_consume_txn
 from runtime.plants import planted
 from runtime.policy import approval_decision_refusal, fresh
@@ -74,6 +75,7 @@ def approval_request_txn(
             "approver_role": adapter.approver_role,
         },
     )
+    approval_noticed_txn(approval, actor=actor.label, now=now)
     return approval
 
 
@@ -160,6 +162,7 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
             event_type="approval.reopened",
             data={"approval": latest.pk, "reason": reason, "approver": decided_by},
         )
+        approval_noticed_txn(latest, actor=actor, now=now)
         outbox_consume_txn(op.pk)
         return ReleaseRefused(reason, returned=True)
     approval_transition_txn(

@@ -39,6 +39,7 @@ from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Task
+from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
@@ -289,6 +290,7 @@ def approval_edit(
                 "reason": reason,
             },
         )
+        approval_noticed_txn(new, actor=actor.label, now=now)
     return new
 
 
@@ -322,6 +324,7 @@ def approval_renew(
             event_type="approval.renewed",
             data={"approval": approval.pk, "expires_at": expires.isoformat(), "reason": reason},
         )
+        approval_noticed_txn(approval, actor=actor.label, now=now)
     return approval
 
 

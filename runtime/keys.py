@@ -72,10 +72,17 @@ def key_notification(
     return f"{_instance(task_id, attempt)}:notify:{_part(kind)}:{_part(recipient)}:v{version}"
 
 
+def key_notice(subject: str, recipient: str, channel: str) -> str:
+    """A notification message: one per event (or, for a digest, the first notification it
+    folds), recipient and channel, in the system's notification tasks (runtime.notifications).
+    Its own domain (``notice``), so no step, check or compensation key can take its shape."""
+    return f"notice:{_part(subject)}:{_part(recipient)}:{_part(channel)}"
+
+
 # A caller's own key may not take a derived key's shape (a task id or "trigger" as its first
 # field): otherwise an agent could take, ahead of it, the key a step, a notification or a
 # saga's compensation derives, and that intent would be refused as a reuse of the key.
-_DERIVED_HEAD = re.compile(r"(tsk_[^:/]*|trigger):")
+_DERIVED_HEAD = re.compile(r"(tsk_[^:/]*|trigger|notice):")
 
 
 def given_key_check(key: str) -> str:
@@ -85,7 +92,7 @@ def given_key_check(key: str) -> str:
     bare = rest if sep and head.startswith(_NAMESPACE_KINDS) else key
     if _DERIVED_HEAD.match(bare):
         raise ValueError(
-            "idempotency_key must not start with a task id or 'trigger' and ':' "
+            "idempotency_key must not start with a task id, 'trigger' or 'notice' and ':' "
             "(the shape of the keys the runtime derives)"
         )
     return key

@@ -43,6 +43,7 @@ from runtime.errors import (
     NotFound,
     RequestInProgress,
     StaleLease,
+    UnknownTool,
 )
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
@@ -132,6 +133,8 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
         raise NotFound("no such task")
     can_propose(actor, task)
     adapter = adapter_for(spec.tool)
+    if adapter.system_only and actor.kind != "system":
+        raise UnknownTool(f"no tool named {spec.tool!r}", tool=spec.tool)
     adapter.validate(spec.params)
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     # A new attempt is a new pursuit: its derived keys carry the attempt number.
@@ -493,6 +496,10 @@ def _accept_fast_txn(
     decision = report_decision(
         snapshot, report, adapter=adapters().get(snapshot.tool), stopping=False, now=now, rng=rng
     )
+    if decision.target == S.UNRESOLVED:
+        # Rare, and a person must hear of it: the general path's writer notes it
+        # (runtime.statemachine, runtime.notify_events).
+        return None
     accepted = hotpath.accept_txn(
         snapshot,
         lease_token_digest=lease_token_digest(lease_token),
@@ -760,6 +767,9 @@ def operations_report_batch(
         )
         for op, report in reports
     ]
+    # An unresolved outcome goes through the one-operation path below, whose writer notes it
+    # for support staff (runtime.notify_events).
+    decided = [(op, d) for op, d in decided if d.target != S.UNRESOLVED]
 
     def accept() -> set[str]:
         try:

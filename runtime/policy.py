@@ -30,6 +30,11 @@ so a refusal never reveals that another agent's task exists.
 | manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
 | keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
 | read the tool catalogue | every authenticated caller (agents, users, console roles) |
+| propose into the runtime's own tasks (notifications) | the runtime itself (system actor) |
+| choose one's notification channels and quiet hours | every console role, for themself |
+| watch a task (hear of its notifications) | a console role that sees the task |
+| see notifications and their delivery | each person their own; admins every one |
+| configure notification webhooks | admins (roles read fresh) |
 """
 
 from __future__ import annotations
@@ -107,7 +112,10 @@ def can_create_task(actor: Actor) -> None:
 
 
 def can_propose(actor: Actor, task: Task) -> None:
-    """Proposing work is the task's owner's right, never a side effect of seeing the task."""
+    """Proposing work is the task's owner's right, never a side effect of seeing the task. The
+    runtime's own tasks (no agent, no creating user: the notifications' days) are the system's."""
+    if actor.kind == "system" and task.agent_id is None and task.created_by_id is None:
+        return
     if not _owns(actor, task):
         raise NotAuthorized("only the task's agent may propose operations in it")
 
@@ -273,6 +281,28 @@ def can_mint_agent_token(actor: Actor, *, agent_is_new: bool) -> None:
         raise NotAuthorized(
             "tokens for an existing agent are issued from the shell (create_agent_token)"
         )
+
+
+def can_watch_task(actor: Actor, task: Task) -> None:
+    """Watching a task (its notifications reach the watcher): a console person who sees it."""
+    if not (actor.kind == "user" and actor.is_console and _sees(actor, task)):
+        raise NotAuthorized("watching a task is for console users who see it")
+
+
+def can_manage_notification_endpoints(actor: Actor) -> None:
+    """Webhooks every notification goes to: admins (roles read fresh)."""
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+        raise NotAuthorized("notification webhooks are configured by admins")
+
+
+def notification_scope(actor: Actor) -> Q:
+    """The notifications an actor may see: a person their own; an admin every one (webhooks'
+    included)."""
+    if actor.kind == "user" and actor.has_role(ROLE_ADMIN):
+        return Q()
+    if actor.kind == "user":
+        return Q(user_id=actor.user_id)
+    return Q(pk__in=[])
 
 
 def effects_visible(actor: Actor, key: str) -> None:

@@ -14,8 +14,9 @@ from celery import current_app
 EXECUTE_OPERATION = "runtime.execute_operation"
 DRAIN_QUEUE = "runtime.drain_queue"
 WAKE_WAIT = "runtime.wake_wait"
+NOTIFY_DISPATCH = "runtime.notify_dispatch"
 
-TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT)
+TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH)
 
 
 def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = None) -> None:

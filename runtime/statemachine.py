@@ -23,7 +23,8 @@ from runtime.crashpoints import crash_point
 from runtime.errors import StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Approval, Attempt, Operation, RejectedObservation, Task
-from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus
+from runtime.notify_events import task_failed_noticed_txn, unresolved_noticed_txn
+from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus, TaskOutcome
 
 S = OperationStatus
 
@@ -114,6 +115,16 @@ def operation_transition_txn(
         actor=actor,
         data=payload,
     )
+    if target == S.UNRESOLVED:
+        # Support staff hear of it (runtime.notify_events: a row here, sent after the commit).
+        unresolved_noticed_txn(
+            operation_id=operation.pk,
+            task_id=operation.task_id,
+            tool=operation.tool,
+            state_version=operation.state_version,
+            actor=actor,
+            now=now,
+        )
     return Transitioned(name, operation.state_version, task, event.seq)
 
 
@@ -149,6 +160,10 @@ def task_transition_txn(
         actor=actor,
         data=data,
     )
+    if values.get("outcome") == TaskOutcome.FAILED:
+        task_failed_noticed_txn(
+            task_id=task.pk, reason=str(values.get("terminal_reason") or ""), actor=actor, now=now
+        )
     if values.get("outcome") and task.current_attempt_id:
         # A task's end is its current attempt's end, in the same transaction.
         attempt_end_txn(

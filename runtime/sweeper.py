@@ -14,6 +14,7 @@ from runtime.approvals import approval_expire_sweep
 from runtime.artifacts import artifact_reconcile, reconcile_due
 from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
+from runtime.notifications import expiry_notice_sweep, notify_dispatch
 from runtime.outbox import outbox_sweep
 from runtime.waits import wait_sweep
 
@@ -32,7 +33,13 @@ def sweep_once() -> dict[str, int]:
         "approvals_expired": approval_expire_sweep(now),
         **wait_sweep(now),
         "broker_purged": embedded_broker_purge(),
+        "notifications_expiring": expiry_notice_sweep(now),
     }
+    try:
+        # Events whose hint was lost, and notifications held by quiet hours or a digest.
+        counts.update(notify_dispatch(now))
+    except Exception:
+        log.warning("notification dispatch failed; retried next sweep", exc_info=True)
     if reconcile_due(now, _last_reconcile[-1] if _last_reconcile else None):
         # Listing storage is not free: artifacts are reconciled every ARTIFACT_RECONCILE_SECONDS.
         _last_reconcile[:] = [now]

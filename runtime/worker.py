@@ -22,6 +22,7 @@ from django.db import close_old_connections, connections
 
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
 from runtime.executor import operation_execute, queue_drain
+from runtime.notifications import notify_dispatch as _notify_dispatch
 from runtime.waits import wait_wake
 
 log = logging.getLogger(__name__)
@@ -102,3 +103,10 @@ def _drain_delivered_queue(request: Any) -> None:
 @shared_task(name="runtime.wake_wait", ignore_result=True, acks_late=True)
 def wake_wait(operation_id: str) -> str:
     return wait_wake(operation_id)
+
+
+@shared_task(name="runtime.notify_dispatch", ignore_result=True, acks_late=True)
+def notify_dispatch() -> dict[str, int]:
+    """A trigger's hint: fan out the new notification events and propose the messages due
+    (runtime.notifications); the sweeper does the same for a hint that was lost."""
+    return _notify_dispatch()

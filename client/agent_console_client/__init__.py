@@ -29,6 +29,7 @@ from agent_console_client.models import (
     Operation,
     Task,
 )
+from agent_console_client.webhooks import webhook_signature_valid
 
 __all__ = [
     "HUMAN_STATUSES",
@@ -48,4 +49,5 @@ __all__ = [
     "StaleLease",
     "Task",
     "errors",
+    "webhook_signature_valid",
 ]

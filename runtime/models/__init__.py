@@ -8,6 +8,15 @@ from runtime.models.artifacts import (
 from runtime.models.budgets import BudgetHold, BudgetMeter, ToolSlot, UsageRecord
 from runtime.models.events import Event
 from runtime.models.humans import Approval, Signal, TaskCommand
+from runtime.models.notifications import (
+    Notification,
+    NotificationEndpoint,
+    NotificationEvent,
+    NotificationPreference,
+    NotificationStream,
+    NotificationTask,
+    TaskWatch,
+)
 from runtime.models.operations import (
     Execution,
     Invocation,
@@ -37,6 +46,12 @@ __all__ = [
     "Execution",
     "IdempotentRequest",
     "Invocation",
+    "Notification",
+    "NotificationEndpoint",
+    "NotificationEvent",
+    "NotificationPreference",
+    "NotificationStream",
+    "NotificationTask",
     "Operation",
     "OutboxMessage",
     "RateCounter",
@@ -50,6 +65,7 @@ __all__ = [
     "Task",
     "TaskCommand",
     "TaskCount",
+    "TaskWatch",
     "ToolSlot",
     "UsageRecord",
 ]

@@ -78,6 +78,10 @@ class ToolAdapter:
     # Retries stop once this long has passed since the first attempt.
     max_elapsed_seconds: float | None = 3600.0
     demo: bool = False
+    # Proposed by the runtime itself only (the notification adapters): an agent may neither
+    # propose it (400 unknown_tool, as for a tool that does not exist) nor see it in the
+    # catalogue, so no caller can send the console's mail or sign its webhooks.
+    system_only: bool = False
     # Admission control groups tools into classes (TOOL_CONCURRENCY, TOOL_QUEUE_CAPACITY); a
     # tool without one is a class of its own.
     tool_class: str = ""
@@ -198,7 +202,7 @@ def require_mapping(params: Any) -> dict[str, Any]:
 def tool_catalogue() -> list[dict[str, Any]]:
     """What each tool this deployment offers is, promises and accepts, by name (pure: the
     registry only). Anyone who may call the API may read it."""
-    return [_entry(adapters()[name]) for name in sorted(adapters())]
+    return [_entry(a) for name, a in sorted(adapters().items()) if not a.system_only]
 
 
 def _entry(adapter: ToolAdapter) -> dict[str, Any]:
