@@ -2,7 +2,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.web import auth, humans, operation_page, outcomes, support, tokens, views
+from console.web import (
+    auth,
+    humans,
+    notify_pages,
+    operation_page,
+    outcomes,
+    support,
+    tokens,
+    views,
+)
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(), name="login"),
@@ -39,4 +48,21 @@ urlpatterns = [
     path("fragments/waits", humans.waits_fragment, name="waits-fragment"),
     path("waits/<id:operation_id>/act", humans.wait_action, name="wait-action"),
     path("tasks/<id:task_id>/control", humans.task_control, name="task-control"),
+    path("tasks/<id:task_id>/watch", notify_pages.task_watch, name="task-watch"),
+    path("notifications/", notify_pages.notifications_page, name="notifications"),
+    path(
+        "settings/notifications/",
+        notify_pages.notification_settings,
+        name="notification-settings",
+    ),
+    path(
+        "settings/notifications/endpoints",
+        notify_pages.endpoint_add,
+        name="notification-endpoint-add",
+    ),
+    path(
+        "settings/notifications/endpoints/<id:endpoint_id>/remove",
+        notify_pages.endpoint_remove,
+        name="notification-endpoint-remove",
+    ),
 ]

@@ -24,7 +24,7 @@ from console.middleware import is_api, refusal
 from console.web.decorators import console_view
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
-from runtime import attempts, budgets, cancellation, operations, policy, tasks
+from runtime import attempts, budgets, cancellation, notifications, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.approval_selectors import approvals_of_task, pending_approval_count
@@ -167,6 +167,8 @@ def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     context["events"] = [_timeline_entry(e) for e in events]
     context["last_seq"] = events[-1].seq if events else 0
     context["input_text"] = json_text(context["task"].input)
+    context["can_watch"] = policy.allowed(policy.can_watch_task, actor, context["task"])
+    context["watching"] = notifications.task_watching(actor, task_id)
 
     context.update(outcomes_context(actor, task_id))
     return render(request, "console/task_detail.html", context)

@@ -152,6 +152,14 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     # and admins; the read-only admin for admins (its inner routes: tests/console/test_admin.py).
     ("GET", "metrics"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
     ("GET", "admin/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    # Notifications (issue 26): each person their own settings and deliveries; admins the
+    # webhooks (the remove row names no endpoint: refused before anything is revealed).
+    ("POST", "tasks/<id:task_id>/watch"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "notifications/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("GET", "settings/notifications/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "settings/notifications/"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "settings/notifications/endpoints"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "settings/notifications/endpoints/<id:endpoint_id>/remove"): (LOGIN, LOGIN, LOGIN, 403, 403, 404, LOGIN, LOGIN, LOGIN),
     ("WS", "ws/tasks/<id:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip
@@ -215,6 +223,13 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("POST", "waits/<id:operation_id>/act"): {"action": "renew", "expires_in_seconds": "60"},
     ("POST", "tasks/<id:task_id>/control"): {"action": "pause", "reason": "matrix"},
+    ("POST", "tasks/<id:task_id>/watch"): {"watch": "1"},
+    ("POST", "settings/notifications/"): {"email_enabled": "1", "timezone": "UTC"},
+    ("POST", "settings/notifications/endpoints"): {
+        "name": "matrix",
+        "url": "https://hooks.example.test/matrix",
+        "format": "webhook",
+    },
 }
 # Routes whose operation is the unresolved one (the others act on the agent-run one).
 ON_UNRESOLVED = {"resolve"}
@@ -366,6 +381,7 @@ def _path(route: str, w: World) -> str:
         "token_id": w.token_id,
         "approval_id": w.approval.pk,
         "artifact_id": "art_matrix",
+        "endpoint_id": "nep_matrix",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
 
