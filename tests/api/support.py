@@ -80,8 +80,8 @@ def raw_http(base_url: str, data: bytes, chunks: int = 1) -> tuple[int, str, dic
 
 def read_answer(sock: Any) -> tuple[int, str, dict[str, str], bytes]:
     """An HTTP/1.1 answer read from ``sock`` until its body is whole (a 101's head is whole), or
-    the server closes (or resets: a server closing on unread input), blocking with the socket's timeout: (status,
-    reason, headers with repeated ones joined by ", ", body)."""
+    the server closes (or resets: a server closing on unread input), blocking with the socket's
+    timeout: (status, reason, headers with repeated ones joined by ", ", body)."""
     received = b""
     while True:
         try:
