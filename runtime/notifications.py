@@ -32,7 +32,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runtime.actors import RUNTIME, SWEEPER, SYSTEM, Actor, actor_for_user
+from runtime.actors import SWEEPER, SYSTEM, Actor, actor_for_user
 from runtime.errors import InvalidInput, NotAuthorized, NotFound
 from runtime.ids import new_id
 from runtime.keys import key_notice
@@ -71,7 +71,7 @@ from runtime.policy import (
     fresh,
     notification_scope,
 )
-from runtime.tasks import CheckedTaskSpec, task_create_txn, task_get
+from runtime.tasks import TaskSpec, task_create, task_get
 from runtime.transitions import ApprovalStatus, OperationStatus
 
 log = logging.getLogger(__name__)
@@ -107,22 +107,17 @@ def notification_task_id(now: datetime) -> str:
         return str(found)
     try:
         with transaction.atomic():
-            task = task_create_txn(SYSTEM, _day_spec(day), now=now, journal_actor=RUNTIME)
+            task = task_create(SYSTEM, _day_spec(day))
             NotificationTask.objects.create(day=day, task=task)
     except IntegrityError:
         pass
     return str(NotificationTask.objects.filter(day=day).values_list("task_id", flat=True).get())
 
 
-def _day_spec(day: date) -> CheckedTaskSpec:
-    return CheckedTaskSpec(
+def _day_spec(day: date) -> TaskSpec:
+    return TaskSpec(
         name=f"notifications {day.isoformat()}",
         input={"system": "notifications", "day": day.isoformat()},
-        deadline_seconds=None,
-        limits={},
-        checks=[],
-        compensate_on=[],
-        parent=None,
     )
 
 

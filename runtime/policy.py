@@ -10,7 +10,7 @@ so a refusal never reveals that another agent's task exists.
 | right | who |
 |---|---|
 | see a task | its agent; the user who created it; every console role (operator, support, admin) |
-| create a task | an agent; a user (a token acting for a user, or a signed-in person) |
+| create a task | an agent; a user (a token acting for a user, or a signed-in person); the runtime |
 | propose an operation | the task's agent; for a task a user created, that user |
 | claim / heartbeat / complete an agent-run operation | the task's agent only |
 | cancel or fail a task | the task's agent; the user who created it; an admin |
@@ -107,7 +107,8 @@ def can_read_tool_catalogue(actor: Actor) -> None:
 
 
 def can_create_task(actor: Actor) -> None:
-    if actor.kind not in ("agent", "user"):
+    """Agents and users; and the runtime itself, for its own tasks (the notifications' days)."""
+    if actor.kind not in ("agent", "user", "system"):
         raise NotAuthorized("only agents and users create tasks")
 
 
