@@ -52,7 +52,7 @@ class SyncChainASGIHandler(ASGIHandler):
             await super().handle(scope, receive, send)
             return
         admission, needs_principal = edge.route_admission(scope, body)
-        if needs_principal and not edge.recently_admitted(scope):
+        if needs_principal:
             admission = await sync_to_async(edge.admit, thread_sensitive=True)(scope, admission)
         if not admission.refused:
             try:

@@ -11,19 +11,11 @@ Content-Length above 0, or chunked) before it receives a byte of it:
 - a path that names no route is answered as Django answers it, without reading the body.
 
 The principal found here is handed to the request, so the view does not verify it twice (and
-the token limiter counts each attempt once).
-
-Finding the principal reads the database, so it costs the request a crossing into a thread of
-its own before the body. A caller verified so within the last EDGE_ADMITTED_SECONDS is known
-already: its next body is read at once (``recently_admitted``, on the event loop), and the view
-verifies it as it verifies any request, so a token revoked meanwhile is still refused there
-(401, nothing done). Only a digest of the credential is kept, in this process, briefly."""
+the token limiter counts each attempt once)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import import_module
@@ -127,54 +119,14 @@ def route_admission(scope: dict[str, Any], body: Framing) -> tuple[Admission, bo
     return admission, match.url_name not in PUBLIC_ROUTES
 
 
-# digest of a credential -> when its verification stops counting (time.monotonic()).
-_ADMITTED: dict[bytes, float] = {}
-_ADMITTED_MAX = 10_000
-
-
-def _credential(scope: dict[str, Any]) -> bytes | None:
-    """A digest of what names the caller in the head (its Authorization header, else its
-    cookies), or None when nothing does."""
-    authorization = cookies = None
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            authorization = value
-        elif name == b"cookie":
-            cookies = value
-    named = authorization or cookies
-    if not named:
-        return None
-    return hashlib.sha256((b"a:" if authorization else b"c:") + named).digest()
-
-
-def recently_admitted(scope: dict[str, Any]) -> bool:
-    """Whether this head's credential was verified by ``admit`` within EDGE_ADMITTED_SECONDS
-    (no database: it runs on the event loop)."""
-    key = _credential(scope)
-    until = _ADMITTED.get(key) if key is not None else None
-    return until is not None and time.monotonic() < until
-
-
-def _remember(scope: dict[str, Any]) -> None:
-    key = _credential(scope)
-    if key is None or settings.EDGE_ADMITTED_SECONDS <= 0:
-        return
-    if len(_ADMITTED) >= _ADMITTED_MAX:
-        _ADMITTED.clear()
-    _ADMITTED[key] = time.monotonic() + settings.EDGE_ADMITTED_SECONDS
-
-
 def admit(scope: dict[str, Any], admission: Admission) -> Admission:
     """The principal the head names, for a route that needs one (sync: it reads the database).
     Runs before the body is read; the connection it used goes back before the body arrives
     (an upload can take minutes)."""
     try:
-        admitted = _admit(scope, admission)
+        return _admit(scope, admission)
     finally:
         close_old_connections()
-    if not admitted.refused:
-        _remember(scope)
-    return admitted
 
 
 def _admit(scope: dict[str, Any], admission: Admission) -> Admission:

@@ -307,9 +307,6 @@ RATE_TOKEN_PER_ACCOUNT = _env_int("RATE_TOKEN_PER_ACCOUNT", 10)
 RATE_TOKEN_PER_ADDRESS = _env_int("RATE_TOKEN_PER_ADDRESS", 50)
 # How often an open event stream re-checks that its token was not revoked.
 TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
-# A caller the web server verified before a body within this many seconds is let send its next
-# body at once (console.edge.recently_admitted); the view verifies it again either way.
-EDGE_ADMITTED_SECONDS = float(os.environ.get("EDGE_ADMITTED_SECONDS") or 2.0)
 
 # The bearer token a Prometheus scraper presents at /metrics (admins may read it without): unset,
 # only admins can (runtime.policy.can_read_metrics).

@@ -15,10 +15,7 @@ from channels.testing import HttpCommunicator
 from django.core.handlers.asgi import ASGIHandler
 from django.test import Client
 
-from console import edge
 from console.asgi import application, django_asgi_app
-from runtime.models import ApiToken, Operation
-from runtime.tokens import token_revoke
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -162,53 +159,3 @@ def test_server_sent_events_still_stream_from_the_loop():
     assert stream["headers"][b"content-type"].startswith(b"text/event-stream")
     assert b"event: task.created" in stream["body"]
 
-
-def _post_crossings(monkeypatch: Any, path: str, secret: str, body: bytes) -> tuple[Any, list]:
-    crossings: list[str] = []
-    original = SyncToAsync.__call__
-
-    async def counted(self: SyncToAsync, *args: Any, **kwargs: Any) -> Any:
-        crossings.append(getattr(self.func, "__qualname__", repr(self.func)))
-        return await original(self, *args, **kwargs)
-
-    headers = [*_bearer(secret), (b"content-type", b"application/json")]
-    with monkeypatch.context() as patch:
-        patch.setattr(SyncToAsync, "__call__", counted)
-        response = _request("POST", path, headers, body)
-    return response, crossings
-
-
-def test_a_caller_verified_moments_ago_sends_its_next_body_without_another_crossing(
-    monkeypatch, settings
-):
-    """A body is read only once the head has named its sender: the first proposal crosses into
-    a thread to verify the token before its body (console.edge.admit); the next one within
-    EDGE_ADMITTED_SECONDS is read at once, and the view still verifies the token itself, so a
-    token revoked in between is refused there and nothing is created."""
-    settings.EDGE_ADMITTED_SECONDS = 60
-    edge._ADMITTED.clear()
-    agent = factories.agent()
-    task = factories.task(agent)
-    path = f"/api/v1/tasks/{task.pk}/operations"
-
-    def body(step: str) -> bytes:
-        return f'{{"tool": "demo.echo", "step": "{step}", "params": {{}}}}'.encode()
-
-    first, crossings = _post_crossings(monkeypatch, path, agent.token, body("a"))
-    assert first["status"] == 201, first["body"][:300]
-    assert "admit" in crossings, crossings
-    second, crossings = _post_crossings(monkeypatch, path, agent.token, body("b"))
-    assert second["status"] == 201, second["body"][:300]
-    assert "admit" not in crossings, crossings
-    assert crossings[:2] == ["Signal.asend.<locals>.sync_send", "BaseHandler.get_response"]
-
-    assert token_revoke(ApiToken.objects.get(prefix=agent.token.split("_")[1]).pk)
-    third, crossings = _post_crossings(monkeypatch, path, agent.token, body("c"))
-    assert "admit" not in crossings, crossings
-    assert third["status"] == 401, third["body"][:300]
-    assert not Operation.objects.filter(task=task, step="c").exists()
-    # Past the window, the head is verified again before any body: refused unread.
-    settings.EDGE_ADMITTED_SECONDS = 0
-    edge._ADMITTED.clear()
-    fourth, crossings = _post_crossings(monkeypatch, path, agent.token, body("d"))
-    assert fourth["status"] == 401 and "admit" in crossings, (fourth, crossings)
