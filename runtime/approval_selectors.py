@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
 
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
@@ -20,20 +22,41 @@ def approval_get(actor: Actor, approval_id: str) -> Approval:
     return approval
 
 
+# The inbox's orders (the console's ?sort=): each ends on the id, so the order is total.
+APPROVAL_SORTS: dict[str, tuple[str, ...]] = {
+    "expiry": ("expires_at", "created_at", "id"),  # the request about to expire first
+    "oldest": ("created_at", "id"),  # the one waiting longest first
+    "newest": ("-created_at", "-id"),
+    "tool": ("tool", "expires_at", "id"),
+}
+# What the history lists: every request a person (or the clock) has settled.
+DECIDED = (
+    ApprovalStatus.APPROVED,
+    ApprovalStatus.RELEASED,
+    ApprovalStatus.DENIED,
+    ApprovalStatus.EXPIRED,
+)
+
+
 def approval_list(
     actor: Actor,
     *,
     status: str | None = None,
     tool: str | None = None,
     task_id: str | None = None,
+    sort: str = "oldest",
     limit: int = 100,
 ) -> list[Approval]:
-    """Approvals the actor may see, oldest request first. ``pending`` means decidable now: the
-    operation still waits for it (an approval whose operation was cancelled is not offered)."""
+    """Approvals the actor may see, in ``sort`` order (APPROVAL_SORTS; oldest request first by
+    default). ``pending`` means decidable now: the operation still waits for it (an approval
+    whose operation was cancelled is not offered). Each row comes with its task, operation and
+    previous proposal (no statement per row)."""
     if status and status not in ApprovalStatus.ALL:
         raise InvalidInput(f"status must be one of {', '.join(ApprovalStatus.ALL)}")
+    if sort not in APPROVAL_SORTS:
+        raise InvalidInput(f"sort must be one of {', '.join(APPROVAL_SORTS)}")
     qs: QuerySet[Approval] = Approval.objects.filter(task_scope(actor, "task__")).select_related(
-        "task", "previous"
+        "task", "previous", "operation"
     )
     if status:
         qs = qs.filter(status=status)
@@ -43,7 +66,45 @@ def approval_list(
         qs = qs.filter(tool=tool)
     if task_id:
         qs = qs.filter(task_id=task_id)
-    return list(qs.order_by("created_at", "id")[:limit])
+    return list(qs.order_by(*APPROVAL_SORTS[sort])[:limit])
+
+
+def approval_history(
+    actor: Actor,
+    *,
+    tool: str | None = None,
+    task_id: str | None = None,
+    person: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[Approval]:
+    """Decided requests (approved, released, denied, expired) the actor may see, the latest
+    decision first, one keyset page: each row's ``decided`` is when it was settled (its
+    ``decided_at``; an expiry's is its ``expires_at``, when nobody decided). ``person`` is a
+    part of the decider's name; ``since`` is inclusive, ``until`` exclusive; ``before`` the
+    (decided, id) of the previous page's last row. Rows come with their task and operation.
+    Preconditions: none (bounds are checked by the caller)."""
+    qs = (
+        Approval.objects.filter(task_scope(actor, "task__"), status__in=DECIDED)
+        .annotate(decided=Coalesce("decided_at", "expires_at"))
+        .select_related("task", "operation")
+    )
+    if tool:
+        qs = qs.filter(tool=tool)
+    if task_id:
+        qs = qs.filter(task_id=task_id)
+    if person:
+        qs = qs.filter(decided_by__icontains=person)
+    if since is not None:
+        qs = qs.filter(decided__gte=since)
+    if until is not None:
+        qs = qs.filter(decided__lt=until)
+    if before is not None:
+        at, pk = before
+        qs = qs.filter(Q(decided__lt=at) | Q(decided=at, id__lt=pk))
+    return list(qs.order_by("-decided", "-id")[:limit])
 
 
 def approval_current(op: Operation) -> Approval | None:

@@ -49,6 +49,8 @@
       if (details && state.open) details.open = true;
       if (focused && c.getAttribute("data-keep") === focused) c.focus();
     });
+    // Page scripts that hold state about the replaced content (static/inbox.js) pick it up.
+    el.dispatchEvent(new CustomEvent("console:replaced", { bubbles: true }));
   }
 
   var REFRESH_GAP_MS = 300;

@@ -5,7 +5,6 @@ goes through the same runtime service as the REST API, which checks the right.""
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,6 +15,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console.api.parsers import json_problem
+from console.web import history
+from console.web.formats import money, waited
 from console.web.views import console_view, json_text, time_left
 from runtime import approvals, control, policy, waits
 from runtime import events as journal
@@ -38,16 +39,37 @@ _DECIDED = {
     ApprovalStatus.RELEASED: "Request {id} is approved: its action runs now.",
     ApprovalStatus.DENIED: "Request {id} is denied: its action will not run.",
 }
-# Currency symbols for the codes people meet most; any other code is written after the amount.
-_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
-DEFAULT_CURRENCY = "USD"  # params without a "currency" (the demo's charges) are in US cents
+
+
+# The inbox's orders (runtime.approval_selectors.APPROVAL_SORTS), as the page names them; the
+# first is the default: the request about to expire comes first.
+SORTS = {
+    "expiry": "soonest expiring first",
+    "oldest": "waiting longest first",
+    "newest": "newest first",
+    "tool": "by tool",
+}
+DEFAULT_SORT = "expiry"
 
 
 def _filters(request: HttpRequest) -> dict[str, str]:
     return {
         "tool": (request.GET.get("tool") or "").strip()[:200],
         "task": (request.GET.get("task") or "").strip()[:64],
+        "sort": (request.GET.get("sort") or "").strip()[:20],
     }
+
+
+def _problems(request: HttpRequest, filters: dict[str, str]) -> list[str]:
+    """What the inbox cannot read in its query, as sentences (the page lists nothing then)."""
+    problems = []
+    if request.GET.get("status", "pending") not in ("pending", "decided"):
+        problems.append("“status” is pending (waiting requests) or decided (the history).")
+    if filters["sort"] and filters["sort"] not in SORTS:
+        problems.append(
+            "“sort” is one of " + ", ".join(f"{k} ({v})" for k, v in SORTS.items()) + "."
+        )
+    return problems
 
 
 def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:
@@ -61,6 +83,7 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
         status=ApprovalStatus.PENDING,
         tool=filters["tool"] or None,
         task_id=filters["task"] or None,
+        sort=filters["sort"] or DEFAULT_SORT,
         limit=200,
     ):
         rows.append(
@@ -75,30 +98,11 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 ],
                 "amount": money(a.params),
                 "left": time_left(a.expires_at, now),
+                "waited": waited(a.created_at, now),
                 "refusal": policy.approval_decision_refusal(person, a),
             }
         )
     return rows
-
-
-def money(params: Any) -> str | None:
-    """``amount_cents`` as people read money, with its currency and the exact cents:
-    "$120.00 (12000 cents)". The currency is params' ``currency`` (an ISO 4217 code), else USD.
-    None when params carry no integer amount."""
-    if not isinstance(params, dict):
-        return None
-    cents = params.get("amount_cents")
-    if not isinstance(cents, int) or isinstance(cents, bool):
-        return None
-    code = params.get("currency")
-    if not (isinstance(code, str) and len(code) == 3 and code.isascii() and code.isalpha()):
-        code = DEFAULT_CURRENCY
-    code = code.upper()
-    major = f"{Decimal(abs(cents)).scaleb(-2):,.2f}"  # exact: no float rounding of large sums
-    sign = "-" if cents < 0 else ""
-    symbol = _SYMBOLS.get(code)
-    shown = f"{sign}{symbol}{major}" if symbol else f"{sign}{major} {code}"
-    return f"{shown} ({cents} cents)"
 
 
 def _expired_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:
@@ -127,11 +131,15 @@ def json_for_editing(value: Any) -> str:
 
 def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     filters = _filters(request)
+    problems = _problems(request, filters)
     tools = pending_approval_tools()
     query = urlencode({k: v for k, v in filters.items() if v})
     return {
-        "rows": _approval_rows(actor, filters),
-        "expired": _expired_rows(actor, filters),
+        "rows": [] if problems else _approval_rows(actor, filters),
+        "expired": [] if problems else _expired_rows(actor, filters),
+        "problems": problems,
+        "sorts": SORTS,
+        "sort": filters["sort"] or DEFAULT_SORT,
         "can_manage_waits": policy.allowed(policy.can_manage_waits, actor),
         "filters": filters,
         "tools": tools,
@@ -145,13 +153,19 @@ def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
 @require_GET
 @console_view
 def approvals_page(request: HttpRequest, actor: Actor) -> HttpResponse:
-    return render(request, "console/approvals.html", _approvals_context(request, actor))
+    if request.GET.get("status") == "decided":
+        return history.approval_history_page(request, actor)
+    context = _approvals_context(request, actor)
+    status = 400 if context["problems"] else 200
+    return render(request, "console/approvals.html", context, status=status)
 
 
 @require_GET
 @console_view
 def approvals_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
-    return render(request, "console/_approval_rows.html", _approvals_context(request, actor))
+    context = _approvals_context(request, actor)
+    status = 400 if context["problems"] else 200
+    return render(request, "console/_approval_rows.html", context, status=status)
 
 
 def _refuse_unstorable(request: HttpRequest) -> None:

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from console.web import history
 from console.web.views import console_view, json_text
 from runtime import events as journal
 from runtime import policy, resolutions
@@ -88,6 +89,11 @@ def _context(actor: Actor) -> dict[str, Any]:
 @require_GET
 @console_view
 def unresolved(request: HttpRequest, actor: Actor) -> HttpResponse:
+    status = request.GET.get("status", "unresolved")
+    if status == "resolved":
+        return history.resolution_history_page(request, actor)
+    if status != "unresolved":
+        raise InvalidInput("status is unresolved (the queue) or resolved (its history)")
     return render(request, "console/unresolved.html", _context(actor))
 
 
@@ -110,7 +116,8 @@ def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRespon
             actor,
             operation_id,
             resolution=resolution,
-            evidence=request.POST.get("evidence", ""),
+            # A textarea sends its line breaks as CRLF: kept as the person wrote them (LF).
+            evidence=request.POST.get("evidence", "").replace("\r\n", "\n"),
             state_version=version,
         )
     except NotAuthorized:

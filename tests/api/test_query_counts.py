@@ -165,7 +165,7 @@ def _gated_and_expired(owner, task, n: int) -> None:
     from django.utils import timezone
 
     from runtime.approvals import approval_expire_sweep
-    from runtime.models import Approval
+    from runtime.models import Approval, Resolution
     from runtime.waits import wait_sweep
 
     for i in range(n):
@@ -180,6 +180,17 @@ def _gated_and_expired(owner, task, n: int) -> None:
                 Approval.objects.filter(operation=gated).update(expires_at=timezone.now())
         wait = factories.operation(owner, task, kind="wait_signal", tool="", signal=f"s{i}")
         Operation.objects.filter(pk=wait.pk).update(wait_until=timezone.now())
+        # The histories' rows: a resolution of an operation (read with its operation and task).
+        Resolution.objects.create(
+            operation=wait,
+            actor="user:support",
+            resolution="no_effect",
+            evidence=f"checked {i}",
+            from_status="unresolved",
+            to_status="failed",
+            state_version=1,
+            at=timezone.now(),
+        )
     wait_sweep()
     approval_expire_sweep()
 
@@ -189,6 +200,8 @@ PEOPLE_REQUESTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "GET /api/v1/waits": lambda w: w["admin"].client().get("/api/v1/waits"),
     "page /approvals/": lambda w: w["browser"].get("/approvals/"),
     "fragment /fragments/approvals": lambda w: w["browser"].get("/fragments/approvals"),
+    "page /approvals/?status=decided": lambda w: w["browser"].get("/approvals/?status=decided"),
+    "page /unresolved/?status=resolved": lambda w: w["browser"].get("/unresolved/?status=resolved"),
     "page /waits/": lambda w: w["browser"].get("/waits/"),
     "fragment /fragments/waits": lambda w: w["browser"].get("/fragments/waits"),
 }
@@ -211,5 +224,11 @@ def test_the_human_queues_do_not_grow_with_their_rows():
     small = {name: _queries(lambda r=r: r(world)) for name, r in PEOPLE_REQUESTS.items()}
     _gated_and_expired(owner, task, 4)
     large = {name: _queries(lambda r=r: r(world)) for name, r in PEOPLE_REQUESTS.items()}
+    # The histories show the rows measured: the expired requests and the resolutions.
+    for path, attribute in (
+        ("/approvals/?status=decided", "data-decided-approval"),
+        ("/unresolved/?status=resolved", "data-resolved-operation"),
+    ):
+        assert browser.get(path).content.decode().count(f'{attribute}="') == 6, path
     growing = {name: (small[name], large[name]) for name in small if small[name] != large[name]}
     assert not growing, f"queries (2 rows, 6 rows) grow with the rows: {growing}"
