@@ -194,6 +194,27 @@
     if (!window.confirm(text)) ev.preventDefault();
   }, true);
 
+  // On a narrow screen the navigation folds behind its Menu button (static/console.css); the
+  // class says a script is here to open it, so without one the links simply wrap.
+  var menu = document.getElementById("nav-toggle");
+  if (menu) {
+    var header = menu.closest("header");
+    header.classList.add("nav-collapsible");
+    var setOpen = function (open) {
+      menu.setAttribute("aria-expanded", String(open));
+      header.classList.toggle("nav-open", open);
+    };
+    menu.addEventListener("click", function () {
+      setOpen(menu.getAttribute("aria-expanded") !== "true");
+    });
+    header.addEventListener("keydown", function (ev) {
+      if (ev.key === "Escape" && header.classList.contains("nav-open")) {
+        setOpen(false);
+        menu.focus();
+      }
+    });
+  }
+
   // Pages declare what they follow in data attributes (no inline script: the page's
   // Content-Security-Policy allows script only from static/).
   Array.prototype.forEach.call(document.querySelectorAll("[data-live]"), function (el) {
