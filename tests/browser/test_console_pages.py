@@ -187,6 +187,7 @@ def test_task_list_filters_searches_and_pages_by_keyset(page: Page, server):
     assert first + second == [blocked.pk, needle.pk] + [t.pk for t in reversed(made)]
     expect(page.get_by_role("link", name="Older »")).to_have_count(0)
     page.get_by_role("link", name="« Newest").click()
+    page.wait_for_url(lambda url: "before=" not in url)  # read the new page, not the one leaving
     assert _listed(page) == first
 
     # Search by name (case-insensitive), through the form.
