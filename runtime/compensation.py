@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -16,7 +17,7 @@ from runtime.errors import BudgetExhausted, Conflict
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.keys import key_compensation
-from runtime.models import Operation, Task
+from runtime.models import Event, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tools import adapters
@@ -132,7 +133,42 @@ def saga_next_txn(task_id: str, *, now: datetime) -> Operation | None:
     for op in candidates:
         if compensable(op):
             return compensation_start_txn(op, actor=SAGA, now=now)
+    _undo_left_to_people_txn(task_id, candidates, now=now)
     return None
+
+
+# The journal event that points people at an effect the saga cannot undo by itself.
+UNDO_LEFT_TO_PERSON_EVENT = "operation.undo_left_to_person"
+
+
+def _undo_left_to_people_txn(
+    task_id: str, candidates: Iterable[Operation], *, now: datetime
+) -> None:
+    """The saga is done with what it can undo; a success whose tool names a compensation but
+    whose result the saga cannot derive it from (a person asserted it with evidence only) is an
+    effect nobody will undo unless told: say so once, in the task's journal, on the operation."""
+    told = set(
+        Event.objects.filter(task_id=task_id, type=UNDO_LEFT_TO_PERSON_EVENT).values_list(
+            "operation_id", flat=True
+        )
+    )
+    for op in candidates:
+        adapter = adapters().get(op.tool)
+        if op.pk in told or adapter is None or not adapter.compensation_tool:
+            continue
+        event_append_txn(
+            task_id=task_id,
+            type=UNDO_LEFT_TO_PERSON_EVENT,
+            state_version=op.state_version,
+            now=now,
+            operation_id=op.pk,
+            actor=SAGA,
+            data={
+                "compensation_tool": adapter.compensation_tool,
+                "reason": "its success was asserted without the receiver's result, so its "
+                "compensation cannot be made from it: undo it by hand",
+            },
+        )
 
 
 def operation_and_original_lock_txn(op_id: str, original_id: str | None) -> None:

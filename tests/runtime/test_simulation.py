@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from runtime.models import Operation
+from runtime.compensation import UNDO_LEFT_TO_PERSON_EVENT
+from runtime.models import Event, Operation
 from runtime.simulation.engine import Step, run, schedule_digest, schedule_for, shrink
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -109,6 +110,12 @@ def test_a_person_confirming_an_unresolved_charge_in_a_saga_task_is_no_500():
     outcome = run(1, schedule)
     assert outcome.violation is None, outcome.violation
     assert outcome.trace[-1].endswith("succeeded"), outcome.trace
+    # Nothing undoes the charge by itself: the journal points a person at it, once.
+    charge = Operation.objects.get(tool="demo.payments.charge")
+    told = Event.objects.filter(operation=charge, type=UNDO_LEFT_TO_PERSON_EVENT)
+    assert [(e.actor, e.data["compensation_tool"]) for e in told] == [
+        ("system:saga", "demo.payments.refund")
+    ]
 
 
 def test_an_old_attempts_retry_keeps_its_ledger_balanced():
