@@ -5,8 +5,8 @@ original moves succeeded -> compensating -> compensated, and both stay in the jo
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
