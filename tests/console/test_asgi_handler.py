@@ -158,4 +158,3 @@ def test_server_sent_events_still_stream_from_the_loop():
     assert stream["status"] == 200
     assert stream["headers"][b"content-type"].startswith(b"text/event-stream")
     assert b"event: task.created" in stream["body"]
-
