@@ -52,6 +52,7 @@ SYSTEM = Actor(kind="system", name="runtime")
 SWEEPER = "system:sweeper"
 SAGA = "system:saga"
 RUNTIME = "system:runtime"
+SCHEDULER = "system:scheduler"  # the sweeper deciding a schedule's slots
 
 
 def execution_actor(execution_id: str | None) -> str:

@@ -223,7 +223,10 @@ def required_checks_validate(specs: list[dict[str, Any]]) -> list[dict[str, Any]
         if name in seen:
             raise InvalidInput(f"required check {name!r} is declared twice", field=f"{at}.name")
         seen.add(name)
-        checker = checker_for(str(spec.get("checker") or ""))
+        try:
+            checker = checker_for(str(spec.get("checker") or ""))
+        except InvalidInput as exc:
+            raise type(exc)(exc.message, code=exc.code, field=f"{at}.checker") from None
         config = spec.get("config") or {}
         if not isinstance(config, dict):
             raise InvalidInput(f"{at}.config must be an object", field=f"{at}.config")

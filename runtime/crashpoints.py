@@ -45,6 +45,8 @@ POINTS = frozenset(
         "complete.before_commit",  # a completion (and a child's settlement) written, uncommitted
         "admission.counted",  # a proposal counted its class's waiting work under the slot lock
         "claim.slot_counted",  # a claim counted its class's running work under the slot lock
+        "schedule.slot_read",  # a sweeper read a schedule's due slot, nothing claimed yet
+        "schedule.slot_claimed",  # a slot's row is inserted (claimed), not yet committed
     }
 )
 

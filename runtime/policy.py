@@ -35,6 +35,9 @@ so a refusal never reveals that another agent's task exists.
 | watch a task (hear of its notifications) | a console role that sees the task |
 | see notifications and their delivery | each person their own; admins every one |
 | configure notification webhooks | admins (roles read fresh) |
+| see a schedule | its agent; the user who owns it; every console role |
+| create a schedule | an agent (it owns it and the tasks it starts); an admin (owns it) |
+| edit, pause, resume, trigger a schedule | its agent; admins (roles read fresh) |
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from django.db.models import Q
 from runtime.accounts import session_signed_in_as
 from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, user_roles
 from runtime.errors import NotAuthenticated, NotAuthorized, NotFound
-from runtime.models import Approval, Operation, Task
+from runtime.models import Approval, Operation, Schedule, Task
 from runtime.tokens import token_is_live
 
 
@@ -282,6 +285,36 @@ def can_mint_agent_token(actor: Actor, *, agent_is_new: bool) -> None:
         raise NotAuthorized(
             "tokens for an existing agent are issued from the shell (create_agent_token)"
         )
+
+
+def schedule_scope(actor: Actor) -> Q:
+    """The schedules an actor may see: an agent its own; a console role every schedule; a user
+    without a role those it owns."""
+    if actor.kind == "agent":
+        return Q(agent_id=actor.agent_id)
+    if actor.kind == "system" or actor.is_console:
+        return Q()
+    if actor.kind == "user":
+        return Q(agent__isnull=True, user_id=actor.user_id)
+    return Q(pk__in=[])
+
+
+def can_create_schedule(actor: Actor) -> None:
+    """An agent schedules its own work; a person schedules as an admin (the schedule, and the
+    tasks it starts, are then that person's). Operators and support staff read schedules."""
+    if actor.kind == "agent" or (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+        return
+    raise NotAuthorized("schedules are created by agents and admins")
+
+
+def can_manage_schedule(actor: Actor, schedule: Schedule) -> None:
+    """Edit, pause, resume, trigger: the schedule's agent, or an admin (roles read now)."""
+    if actor.kind == "agent" and schedule.agent_id is not None:
+        if schedule.agent_id == actor.agent_id:
+            return
+    elif actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN):
+        return
+    raise NotAuthorized("a schedule is managed by its agent or an admin")
 
 
 def can_watch_task(actor: Actor, task: Task) -> None:

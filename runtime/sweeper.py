@@ -1,6 +1,7 @@
 """The sweeper (its own process, `manage.py beat`, every SWEEP_SECONDS): expired leases, stale
-outbox rows, expired approvals, due timers and expired signal waits, and in embedded mode the
-broker's spent messages. The database says what is due; the broker is never the record."""
+outbox rows, expired approvals, due timers and expired signal waits, schedules' due slots
+(runtime.schedules), and in embedded mode the broker's spent messages. The database says what
+is due; the broker is never the record."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.notifications import expiry_notice_sweep, notify_dispatch
 from runtime.outbox import outbox_sweep
+from runtime.schedules import schedules_sweep
 from runtime.waits import wait_sweep
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ def sweep_once() -> dict[str, int]:
         "children": children_sweep(now),
         "approvals_expired": approval_expire_sweep(now),
         **wait_sweep(now),
+        **{f"schedules_{k}": v for k, v in schedules_sweep(now).items()},
         "broker_purged": embedded_broker_purge(),
         "notifications_expiring": expiry_notice_sweep(now),
     }

@@ -56,6 +56,55 @@ class TaskSpec:
     compensate_on: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CheckedTaskSpec:
+    """A TaskSpec whose domain limits ``task_spec_check`` checked: what a task is made from."""
+
+    name: str
+    input: dict[str, Any]
+    deadline_seconds: int | None
+    limits: dict[str, int]
+    checks: list[dict[str, Any]]
+    compensate_on: list[str]
+    parent: str | None
+
+
+def task_spec_check(spec: TaskSpec) -> CheckedTaskSpec:
+    """The spec's domain limits, checked: 400 ``invalid_input`` naming the field. Pure (also
+    what a schedule's task template is checked with, runtime.schedules)."""
+    name = spec.name.strip()
+    if not name:
+        raise InvalidInput("name must not be empty", field="name")
+    if len(name) > 300:
+        raise InvalidInput("name is longer than 300 characters", field="name")
+    name_check(name, "name")
+    if set(spec.compensate_on) - {"failed", "cancelled"}:
+        raise InvalidInput(
+            "compensate_on may hold only 'failed' and 'cancelled'", field="compensate_on"
+        )
+    if spec.deadline_seconds is not None and not (
+        0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
+    ):
+        raise InvalidInput(
+            f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}",
+            field="deadline_seconds",
+        )
+    checks = required_checks_validate(spec.required_checks)
+    try:
+        limits = budget_validate(spec.budget)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, code=exc.code, field="budget") from None
+    return CheckedTaskSpec(
+        name=name,
+        input=spec.input,
+        deadline_seconds=spec.deadline_seconds,
+        limits=limits,
+        checks=checks,
+        compensate_on=sorted(set(spec.compensate_on)),
+        parent=spec.parent,
+    )
+
+
 def task_create(actor: Actor, spec: TaskSpec) -> Task:
     """Create a task with its first attempt and its ``task.created`` event.
 
@@ -63,65 +112,73 @@ def task_create(actor: Actor, spec: TaskSpec) -> Task:
     checked here.
     """
     can_create_task(actor)
-    name = spec.name.strip()
-    if not name:
-        raise InvalidInput("name must not be empty")
-    if len(name) > 300:
-        raise InvalidInput("name is longer than 300 characters")
-    name_check(name, "name")
-    if set(spec.compensate_on) - {"failed", "cancelled"}:
-        raise InvalidInput("compensate_on may hold only 'failed' and 'cancelled'")
-    if spec.deadline_seconds is not None and not (
-        0 < spec.deadline_seconds <= MAX_DEADLINE_SECONDS
-    ):
-        raise InvalidInput(f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}")
-    checks = required_checks_validate(spec.required_checks)
-    limits = budget_validate(spec.budget)
-    now = timezone.now()
-    deadline = now + timedelta(seconds=spec.deadline_seconds) if spec.deadline_seconds else None
+    checked = task_spec_check(spec)
     with transaction.atomic():
-        parent = _parent_lock_txn(actor, spec.parent, now=now) if spec.parent else None
-        if parent is not None and parent.deadline is not None:
-            # A child inherits its parent's deadline, or keeps a shorter one of its own.
-            deadline = min(deadline, parent.deadline) if deadline else parent.deadline
-        task = Task.objects.create(
-            name=name,
-            input=spec.input,
-            agent_id=actor.agent_id if actor.kind == "agent" else None,
-            created_by_id=actor.user_id if actor.kind == "user" else None,
-            deadline=deadline,
-            compensate_on=sorted(set(spec.compensate_on)),
-            parent=parent,
+        return task_create_txn(actor, checked, now=timezone.now())
+
+
+def task_create_txn(
+    actor: Actor,
+    spec: CheckedTaskSpec,
+    *,
+    now: datetime,
+    journal_actor: str | None = None,
+    schedule_id: str | None = None,
+) -> Task:
+    """``task_create`` inside the caller's transaction, for ``actor`` (who owns the task).
+
+    Preconditions: ``can_create_task(actor)`` holds and ``spec`` came from
+    ``task_spec_check``. ``journal_actor`` names who caused the creation when it is not the
+    owner (the scheduler, or the person who triggered a schedule); ``schedule_id`` is the
+    schedule the task is started by."""
+    limits = spec.limits
+    deadline = now + timedelta(seconds=spec.deadline_seconds) if spec.deadline_seconds else None
+    parent = _parent_lock_txn(actor, spec.parent, now=now) if spec.parent else None
+    if parent is not None and parent.deadline is not None:
+        # A child inherits its parent's deadline, or keeps a shorter one of its own.
+        deadline = min(deadline, parent.deadline) if deadline else parent.deadline
+    task = Task.objects.create(
+        name=spec.name,
+        input=spec.input,
+        agent_id=actor.agent_id if actor.kind == "agent" else None,
+        created_by_id=actor.user_id if actor.kind == "user" else None,
+        deadline=deadline,
+        compensate_on=spec.compensate_on,
+        parent=parent,
+        schedule_id=schedule_id,
+    )
+    attempt = Attempt.objects.create(task=task, number=1, created_by=actor.label)
+    required_checks_create_txn(task, spec.checks)
+    Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
+    task.current_attempt = attempt
+    data: dict[str, Any] = {"name": spec.name, "attempt": attempt.number, "parent": spec.parent}
+    if schedule_id is not None:
+        data["schedule"] = schedule_id
+    event_append_txn(
+        task_id=task.pk,
+        type="task.created",
+        state_version=task.state_version,
+        now=now,
+        actor=journal_actor or actor.label,
+        data=data,
+    )
+    if parent is not None:
+        limits = child_allocate_txn(
+            parent=parent, child=task, attempt=attempt, requested=limits, now=now
         )
-        attempt = Attempt.objects.create(task=task, number=1, created_by=actor.label)
-        required_checks_create_txn(task, checks)
-        Task.objects.filter(pk=task.pk).update(current_attempt=attempt)
-        task.current_attempt = attempt
         event_append_txn(
-            task_id=task.pk,
-            type="task.created",
-            state_version=task.state_version,
+            task_id=parent.pk,
+            type="task.child_created",
+            state_version=parent.state_version,
             now=now,
             actor=actor.label,
-            data={"name": name, "attempt": attempt.number, "parent": spec.parent},
+            data={"child": task.pk, "allocation": limits},
         )
-        if parent is not None:
-            limits = child_allocate_txn(
-                parent=parent, child=task, attempt=attempt, requested=limits, now=now
-            )
-            event_append_txn(
-                task_id=parent.pk,
-                type="task.child_created",
-                state_version=parent.state_version,
-                now=now,
-                actor=actor.label,
-                data={"child": task.pk, "allocation": limits},
-            )
-        elif limits:
-            ledger_open_txn(task=task, attempt=attempt, limits=limits)
-        if limits:
-            Task.objects.filter(pk=task.pk).update(budget=limits)
-        task.refresh_from_db()
+    elif limits:
+        ledger_open_txn(task=task, attempt=attempt, limits=limits)
+    if limits:
+        Task.objects.filter(pk=task.pk).update(budget=limits)
+    task.refresh_from_db()
     return task
 
 
@@ -198,12 +255,14 @@ def task_list(
     condition: str | None = None,
     outcome: str | None = None,
     search: str | None = None,
+    schedule: str | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int = 50,
 ) -> list[Task]:
     """The actor's tasks, newest first, by keyset (``before`` = (created_at, id) of the last row
     of the previous page): no OFFSET, no count. ``search`` finds a task by a part of its name,
-    or by what it owns named exactly (``task_search_owner``)."""
+    or by what it owns named exactly (``task_search_owner``); ``schedule``, the tasks that
+    schedule started."""
     if condition and condition not in TaskCondition.ALL:
         raise InvalidInput(f"condition must be one of {', '.join(TaskCondition.ALL)}")
     if outcome and outcome not in TaskOutcome.ALL:
@@ -213,6 +272,8 @@ def task_list(
         qs = qs.filter(condition=condition)
     if outcome:
         qs = qs.filter(outcome=outcome)
+    if schedule:
+        qs = qs.filter(schedule_id=schedule)
     if search:
         qs = qs.filter(Q(name__icontains=search) | task_search_owner(search))
     if before is not None:

@@ -1,6 +1,6 @@
 """The sweeper's clock, in a process of its own: every SWEEP_SECONDS it takes back expired
-leases, republishes outbox rows no claim has consumed, and (embedded mode) purges the broker's
-spent messages.
+leases, republishes outbox rows no claim has consumed, starts schedules' due slots (each once:
+runtime.schedules) and (embedded mode) purges the broker's spent messages.
 
 Why not Celery beat sending a task to the workers: the sweeper is what rescues work from hung
 worker processes, so it must not wait in the queue behind them. With every prefork child stuck
