@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Coalesce
 
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
+from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
 from runtime.models import Approval, Operation
 from runtime.policy import task_scope
 from runtime.transitions import ApprovalStatus, OperationStatus
@@ -71,40 +72,25 @@ def approval_list(
 
 def approval_history(
     actor: Actor,
+    filters: HistoryFilter = NO_FILTER,
     *,
-    tool: str | None = None,
-    task_id: str | None = None,
-    person: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int = 50,
 ) -> list[Approval]:
     """Decided requests (approved, released, denied, expired) the actor may see, the latest
-    decision first, one keyset page: each row's ``decided`` is when it was settled (its
-    ``decided_at``; an expiry's is its ``expires_at``, when nobody decided). ``person`` is a
-    part of the decider's name; ``since`` is inclusive, ``until`` exclusive; ``before`` the
-    (decided, id) of the previous page's last row. Rows come with their task and operation.
+    decision first, one keyset page (runtime.history): each row's ``decided`` is when it was
+    settled (its ``decided_at``; an expiry's is its ``expires_at``, when nobody decided); the
+    person is the decider. Rows come with their task and operation.
     Preconditions: none (bounds are checked by the caller)."""
     qs = (
         Approval.objects.filter(task_scope(actor, "task__"), status__in=DECIDED)
         .annotate(decided=Coalesce("decided_at", "expires_at"))
         .select_related("task", "operation")
     )
-    if tool:
-        qs = qs.filter(tool=tool)
-    if task_id:
-        qs = qs.filter(task_id=task_id)
-    if person:
-        qs = qs.filter(decided_by__icontains=person)
-    if since is not None:
-        qs = qs.filter(decided__gte=since)
-    if until is not None:
-        qs = qs.filter(decided__lt=until)
-    if before is not None:
-        at, pk = before
-        qs = qs.filter(Q(decided__lt=at) | Q(decided=at, id__lt=pk))
-    return list(qs.order_by("-decided", "-id")[:limit])
+    return history_page(qs, _DECIDED_COLUMNS, filters, before=before, limit=limit)
+
+
+_DECIDED_COLUMNS = HistoryColumns(at="decided", tool="tool", task="task_id", person="decided_by")
 
 
 def approval_current(op: Operation) -> Approval | None:

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
-
 from runtime.actors import Actor
 from runtime.errors import NotFound
+from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
 from runtime.models import (
     Approval,
     BudgetHold,
@@ -145,33 +144,20 @@ def story_transitions(events: list[Event]) -> list[dict[str, Any]]:
 
 def resolution_history(
     actor: Actor,
+    filters: HistoryFilter = NO_FILTER,
     *,
-    tool: str | None = None,
-    task_id: str | None = None,
-    person: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
     before: tuple[datetime, int] | None = None,
     limit: int = 50,
 ) -> list[Resolution]:
     """People's resolutions of unresolved operations the actor may see, the latest first, one
-    keyset page: ``person`` is a part of the resolver's name; ``since`` is inclusive, ``until``
-    exclusive; ``before`` the (at, id) of the previous page's last row. Rows come with their
-    operation and its task. Preconditions: none (bounds are checked by the caller)."""
+    keyset page (runtime.history); the person is the resolver. Rows come with their operation
+    and its task. Preconditions: none (bounds are checked by the caller)."""
     qs = Resolution.objects.filter(task_scope(actor, "operation__task__")).select_related(
         "operation", "operation__task"
     )
-    if tool:
-        qs = qs.filter(operation__tool=tool)
-    if task_id:
-        qs = qs.filter(operation__task_id=task_id)
-    if person:
-        qs = qs.filter(actor__icontains=person)
-    if since is not None:
-        qs = qs.filter(at__gte=since)
-    if until is not None:
-        qs = qs.filter(at__lt=until)
-    if before is not None:
-        at, pk = before
-        qs = qs.filter(Q(at__lt=at) | Q(at=at, id__lt=pk))
-    return list(qs.order_by("-at", "-id")[:limit])
+    return history_page(qs, _RESOLVED_COLUMNS, filters, before=before, limit=limit)
+
+
+_RESOLVED_COLUMNS = HistoryColumns(
+    at="at", tool="operation__tool", task="operation__task_id", person="actor"
+)

@@ -22,6 +22,7 @@ from console.web.formats import money, waited
 from runtime.actors import Actor
 from runtime.approval_selectors import approval_history
 from runtime.errors import InvalidInput
+from runtime.history import HistoryFilter
 from runtime.operation_selectors import resolution_history
 from runtime.tools.base import tool_catalogue
 from runtime.transitions import ApprovalStatus
@@ -67,6 +68,16 @@ class HistoryQuery:
     until: datetime | None = None  # exclusive: the end of the day or minute typed
     cursor: str = ""
     problems: list[str] = field(default_factory=list)
+
+    def filters(self) -> HistoryFilter:
+        """The filters as read, for the history selectors."""
+        return HistoryFilter(
+            tool=self.tool or None,
+            task_id=self.task or None,
+            person=self.person or None,
+            since=self.since,
+            until=self.until,
+        )
 
     def query(self, **extra: str) -> str:
         """The filters as a query string (empty ones left out), with ``extra`` added."""
@@ -176,16 +187,7 @@ def approval_history_page(request: HttpRequest, actor: Actor) -> HttpResponse:
     before = _before(q)
     rows: list[Any] = []
     if not q.problems:
-        rows = approval_history(
-            actor,
-            tool=q.tool or None,
-            task_id=q.task or None,
-            person=q.person or None,
-            since=q.since,
-            until=q.until,
-            before=before,
-            limit=PAGE_SIZE + 1,
-        )
+        rows = approval_history(actor, q.filters(), before=before, limit=PAGE_SIZE + 1)
     return _render(
         request,
         "console/approval_history.html",
@@ -227,16 +229,7 @@ def resolution_history_page(request: HttpRequest, actor: Actor) -> HttpResponse:
             q.problems.append("The page link is damaged: start again from the newest.")
     rows: list[Any] = []
     if not q.problems:
-        rows = resolution_history(
-            actor,
-            tool=q.tool or None,
-            task_id=q.task or None,
-            person=q.person or None,
-            since=q.since,
-            until=q.until,
-            before=keyed,
-            limit=PAGE_SIZE + 1,
-        )
+        rows = resolution_history(actor, q.filters(), before=keyed, limit=PAGE_SIZE + 1)
     return _render(
         request,
         "console/resolution_history.html",
