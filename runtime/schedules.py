@@ -388,13 +388,7 @@ def schedule_edit(
     ``version``, refused (409 state_version_mismatch) unless it is the current one. Tasks
     already started keep what they were started with; a new timing counts from now. No change
     makes no new version. Preconditions: the transport checked types."""
-    unknown = sorted(set(changes) - set(EDITABLE))
-    if unknown:
-        raise InvalidInput(
-            f"{unknown[0]} cannot be edited (editable: {', '.join(EDITABLE)}; pause and "
-            "resume have their own routes)",
-            field=unknown[0],
-        )
+    schedule_changes_check(changes)
     now = now or timezone.now()
     with transaction.atomic():
         schedule = _locked_txn(actor, schedule_id)
@@ -432,6 +426,19 @@ def schedule_edit(
         schedule.save()
         _journal_txn(schedule, "schedule.edited", actor.label, now, {"changes": changed})
     return schedule
+
+
+def schedule_changes_check(changes: dict[str, Any]) -> None:
+    """Refuse (400) a change to anything but EDITABLE, naming the field when it is a name. Pure."""
+    unknown = sorted(set(changes) - set(EDITABLE))
+    if not unknown:
+        return
+    named = next((k for k in unknown if k.isascii() and k.isidentifier()), None)
+    raise InvalidInput(
+        f"{named or 'a field sent'} cannot be edited (editable: {', '.join(EDITABLE)}; pause "
+        "and resume have their own routes)",
+        field=named,
+    )
 
 
 def schedule_pause(

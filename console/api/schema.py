@@ -73,6 +73,9 @@ class TaskSerializer(serializers.Serializer):
     parent = serializers.CharField(  # type: ignore[assignment]
         allow_null=True, help_text="The parent task of a child task."
     )
+    schedule = serializers.CharField(
+        allow_null=True, help_text="The schedule that started the task, or null."
+    )
     budget = serializers.DictField(
         child=serializers.IntegerField(min_value=0),
         allow_null=True,
@@ -385,6 +388,11 @@ TASK_FILTERS = [
         "q",
         {"type": "string", "maxLength": 300},
         description="Tasks whose name contains this text.",
+    ),
+    OpenApiParameter(
+        "schedule",
+        {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        description="The tasks this schedule started.",
     ),
     CURSOR,
     limit(50, 200),

@@ -209,6 +209,7 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         else None,
         "deadline": iso(task.deadline),
         "parent": task.parent_id,
+        "schedule": task.schedule_id,
         "budget": task.budget or None,
         "pending": pending,
         "compensate_on": task.compensate_on,

@@ -1,7 +1,7 @@
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.api import catalogue, control, humans, outcomes, views
+from console.api import catalogue, control, humans, outcomes, schedules, views
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
@@ -88,6 +88,23 @@ urlpatterns = [
     ),
     path("waits/<id:operation_id>/end", humans.WaitEnd.as_view(), name="api-wait-end"),
     path("tools", catalogue.ToolCatalogue.as_view(), name="api-tools"),
+    path("schedules", schedules.ScheduleCollection.as_view(), name="api-schedules"),
+    path("schedules/<id:schedule_id>", schedules.ScheduleDetail.as_view(), name="api-schedule"),
+    path(
+        "schedules/<id:schedule_id>/pause",
+        schedules.SchedulePause.as_view(),
+        name="api-schedule-pause",
+    ),
+    path(
+        "schedules/<id:schedule_id>/resume",
+        schedules.ScheduleResume.as_view(),
+        name="api-schedule-resume",
+    ),
+    path(
+        "schedules/<id:schedule_id>/trigger",
+        schedules.ScheduleTrigger.as_view(),
+        name="api-schedule-trigger",
+    ),
     path(
         "demo/receivers/<id:receiver>/effects",
         control.ReceiverEffects.as_view(),

@@ -136,6 +136,7 @@ class TaskCollection(ApiView):
             condition=_param(request, "condition"),
             outcome=_param(request, "outcome"),
             search=_param(request, "q"),
+            schedule=_param(request, "schedule", max_length=64),
             before=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
         )

@@ -8,6 +8,7 @@ from console.web import (
     notify_pages,
     operation_page,
     outcomes,
+    schedules,
     support,
     tokens,
     views,
@@ -65,4 +66,7 @@ urlpatterns = [
         notify_pages.endpoint_remove,
         name="notification-endpoint-remove",
     ),
+    path("schedules/", schedules.schedules_page, name="schedules"),
+    path("schedules/<id:schedule_id>/act", schedules.schedule_action, name="schedule-action"),
+    path("schedules/<id:schedule_id>/edit", schedules.schedule_edit, name="schedule-edit"),
 ]

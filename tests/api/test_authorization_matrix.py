@@ -37,11 +37,16 @@ from runtime.models import (
     Invocation,
     Operation,
     Resolution,
+    Schedule,
+    ScheduleEvent,
+    ScheduleRun,
     Signal,
     Task,
     TaskCommand,
 )
 from runtime.sandbox import receivers
+from runtime.schedules import ScheduleSpec, schedule_create
+from runtime.tasks import TaskSpec
 from runtime.tokens import token_issue_for_agent
 from runtime.waits import wait_sweep
 from tests import factories
@@ -152,6 +157,17 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     # and admins; the read-only admin for admins (its inner routes: tests/console/test_admin.py).
     ("GET", "metrics"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
     ("GET", "admin/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    # Schedules (issue 26): agents own theirs, admins manage all, every console role reads.
+    ("GET", "api/v1/schedules"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/schedules"): (401, 201, 201, 403, 403, 201, 403, 403, 201),
+    ("GET", "api/v1/schedules/<id:schedule_id>"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
+    ("PATCH", "api/v1/schedules/<id:schedule_id>"): (401, 200, 404, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/schedules/<id:schedule_id>/pause"): (401, 200, 404, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/schedules/<id:schedule_id>/resume"): (401, 200, 404, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/schedules/<id:schedule_id>/trigger"): (401, 201, 404, 403, 403, 201, 403, 403, 201),
+    ("GET", "schedules/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "schedules/<id:schedule_id>/act"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "schedules/<id:schedule_id>/edit"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     # Notifications (issue 26): each person their own settings and deliveries; admins the
     # webhooks (the remove row names no endpoint: refused before anything is revealed).
     ("POST", "tasks/<id:task_id>/watch"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
@@ -223,12 +239,22 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("POST", "waits/<id:operation_id>/act"): {"action": "renew", "expires_in_seconds": "60"},
     ("POST", "tasks/<id:task_id>/control"): {"action": "pause", "reason": "matrix"},
+    ("POST", "api/v1/schedules"): {"interval_seconds": 3600, "task": {"name": "matrix"}},
+    ("PATCH", "api/v1/schedules/<id:schedule_id>"): {"overlap": "allow"},
     ("POST", "tasks/<id:task_id>/watch"): {"watch": "1"},
     ("POST", "settings/notifications/"): {"email_enabled": "1", "timezone": "UTC"},
     ("POST", "settings/notifications/endpoints"): {
         "name": "matrix",
         "url": "https://hooks.example.test/matrix",
         "format": "webhook",
+    },
+    ("POST", "schedules/<id:schedule_id>/act"): {"action": "pause"},
+    ("POST", "schedules/<id:schedule_id>/edit"): {
+        "interval_seconds": "3600",
+        "timezone": "UTC",
+        "overlap": "allow",
+        "catch_up_seconds": "60",
+        "name": "matrix",
     },
 }
 # Routes whose operation is the unresolved one (the others act on the agent-run one).
@@ -274,6 +300,7 @@ class World:
     expired_wait: Operation
     effect_key: str
     token_id: str
+    schedule: Schedule
 
 
 def _world_build() -> World:
@@ -316,6 +343,9 @@ def _world_build() -> World:
         expired_wait=expired_wait,
         effect_key=charge.idempotency_key,
         token_id=token_issue_for_agent("matrix-victim").token.pk,
+        schedule=schedule_create(
+            owner.actor, ScheduleSpec(task=TaskSpec(name="matrix"), interval_seconds=3600)
+        ),
     )
 
 
@@ -364,6 +394,11 @@ def _snapshot() -> tuple[Any, ...]:
         Approval.objects.aggregate(v=Sum("state_version"))["v"],
         Signal.objects.count(),
         TaskCommand.objects.count(),
+        Schedule.objects.count(),
+        Schedule.objects.aggregate(v=Sum("version"))["v"],
+        Schedule.objects.filter(paused=True).count(),
+        ScheduleRun.objects.count(),
+        ScheduleEvent.objects.count(),
     )
 
 
@@ -381,6 +416,7 @@ def _path(route: str, w: World) -> str:
         "token_id": w.token_id,
         "approval_id": w.approval.pk,
         "artifact_id": "art_matrix",
+        "schedule_id": w.schedule.pk,
         "endpoint_id": "nep_matrix",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
@@ -433,6 +469,8 @@ class TestHttpCells:
         if method == "GET":
             params = {"key": world.effect_key} if "effects" in route else {}
             response = client.get(path, params)
+        elif method == "PATCH":
+            response = client.patch(path, body, format="json")
         elif route.startswith("api/"):
             response = client.post(path, body, format="json")
         else:

@@ -1,0 +1,180 @@
+"""Schedules for people (/schedules/): each schedule's next runs, its last runs with their tasks,
+and for those who may manage it (policy.can_manage_schedule: admins, in the console) pause,
+resume, trigger now and an edit form. Every console role reads the page."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from console.api.parsers import json_problem
+from console.web.humans import json_for_editing
+from console.web.views import console_view
+from runtime import policy, schedules
+from runtime.actors import Actor
+from runtime.errors import DomainError, InvalidInput, NotAuthorized
+from runtime.models import Schedule
+from runtime.models.schedules import Overlap
+
+_PAGE = "/schedules/"
+
+
+def _local(at: datetime, zone: str) -> str:
+    """The time as the schedule's zone reads it (its cron is written in that zone)."""
+    return at.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _rows(actor: Actor) -> list[dict[str, Any]]:
+    page = schedules.schedule_list(actor, limit=100)
+    runs = schedules.schedule_runs([x.pk for x in page], per_schedule=5)
+    rows = []
+    for schedule in page:
+        template = schedule.template
+        rows.append(
+            {
+                "s": schedule,
+                "owner": schedules.schedule_owner_label(schedule),
+                "next": [
+                    {"at": t, "local": _local(t, schedule.timezone)}
+                    for t in schedules.schedule_next_slots(schedule, 3)
+                ],
+                "runs": runs[schedule.pk],
+                "can_manage": policy.allowed(policy.can_manage_schedule, actor, schedule),
+                "input": json_for_editing(template.get("input") or {}),
+                "budget": json_for_editing(template.get("budget") or {}),
+                "checks": json_for_editing(template.get("required_checks") or []),
+            }
+        )
+    return rows
+
+
+@require_GET
+@console_view
+def schedules_page(request: HttpRequest, actor: Actor) -> HttpResponse:
+    return render(
+        request,
+        "console/schedules.html",
+        {"rows": _rows(actor), "overlaps": Overlap.ALL},
+    )
+
+
+def _back(schedule_id: str) -> HttpResponseRedirect:
+    return HttpResponseRedirect(f"{_PAGE}#{schedule_id}")
+
+
+@require_POST
+@console_view
+def schedule_action(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpResponse:
+    # The right first: a person without it gets the 403 page whatever the form says.
+    policy.can_manage_schedule(actor, schedules.schedule_get(actor, schedule_id))
+    action = request.POST.get("action", "")
+    reason = request.POST.get("reason", "")[:2000]
+    try:
+        if action == "pause":
+            _, changed = schedules.schedule_pause(actor, schedule_id, reason=reason)
+            said = "is paused: its slots start nothing" if changed else "was already paused"
+        elif action == "resume":
+            schedule, changed = schedules.schedule_resume(actor, schedule_id, reason=reason)
+            said = (
+                f"is running again: next run {schedule.next_slot_at:%Y-%m-%d %H:%M} UTC"
+                if changed
+                else "was not paused"
+            )
+        elif action == "trigger":
+            run = schedules.schedule_trigger(actor, schedule_id)
+            said = f"started task {run.task_id} now"
+        else:
+            raise InvalidInput("action is pause, resume or trigger")
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
+    except DomainError as exc:
+        messages.error(request, f"Nothing was done to schedule {schedule_id}: {exc.message}.")
+        return _back(schedule_id)
+    messages.success(request, f"Schedule {schedule_id} {said}.")
+    return _back(schedule_id)
+
+
+def _json_field(request: HttpRequest, name: str, field: str) -> Any:
+    raw = request.POST.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise InvalidInput(f"{field} is not JSON", field=field) from None
+
+
+def _int_field(request: HttpRequest, name: str) -> int | None:
+    raw = request.POST.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a whole number", field=name) from None
+
+
+def _changes(request: HttpRequest) -> tuple[dict[str, Any], int | None]:
+    """The edit form as PATCH /schedules/{id} takes it (the same service checks it)."""
+    problem = json_problem({k: request.POST.getlist(k) for k in request.POST})
+    if problem:
+        raise InvalidInput(problem)
+    cron = request.POST.get("cron", "").strip()
+    interval = _int_field(request, "interval_seconds")
+    task: dict[str, Any] = {
+        "name": request.POST.get("name", ""),
+        "input": _json_field(request, "input", "task.input") or {},
+        "budget": _json_field(request, "budget", "task.budget") or None,
+        "deadline_seconds": _int_field(request, "deadline_seconds"),
+        "required_checks": _json_field(request, "required_checks", "task.required_checks") or [],
+    }
+    if not isinstance(task["input"], dict):
+        raise InvalidInput("task.input must be a JSON object", field="task.input")
+    if task["budget"] is not None and not isinstance(task["budget"], dict):
+        raise InvalidInput("task.budget must be a JSON object", field="task.budget")
+    checks = task["required_checks"]
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        raise InvalidInput(
+            "task.required_checks must be a JSON list of objects", field="task.required_checks"
+        )
+    changes: dict[str, Any] = {
+        "cron": cron,
+        "interval_seconds": None if cron else interval,
+        "timezone": request.POST.get("timezone", "").strip() or "UTC",
+        "overlap": request.POST.get("overlap", ""),
+        "catch_up_seconds": _int_field(request, "catch_up_seconds")
+        or schedules.DEFAULT_CATCH_UP_SECONDS,
+        "task": task,
+    }
+    return changes, _int_field(request, "version")
+
+
+@require_POST
+@console_view
+def schedule_edit(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpResponse:
+    before: Schedule = schedules.schedule_get(actor, schedule_id)
+    policy.can_manage_schedule(actor, before)
+    try:
+        changes, version = _changes(request)
+        schedule = schedules.schedule_edit(actor, schedule_id, changes, version=version)
+    except NotAuthorized:
+        raise
+    except DomainError as exc:
+        messages.error(request, f"Schedule {schedule_id} was not changed: {exc.message}.")
+        return _back(schedule_id)
+    if schedule.version == before.version:
+        messages.info(request, f"Schedule {schedule_id}: nothing to change.")
+    else:
+        messages.success(
+            request,
+            f"Schedule {schedule_id} is now version {schedule.version}; tasks already started "
+            "keep what they were started with.",
+        )
+    return _back(schedule_id)
