@@ -124,15 +124,40 @@
     });
   }
 
-  function timelineItem(e) {
+  // A span between two events, as console/web/formats.elapsed says it.
+  function elapsed(seconds) {
+    seconds = Math.max(0, seconds);
+    if (seconds < 10) return seconds.toFixed(1) + "s";
+    var s = Math.floor(seconds);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor(s % 86400 / 3600) + "h";
+  }
+
+  function timelineItem(e, timeline) {
     var li = document.createElement("li");
     li.dataset.seq = e.id;
+    li.dataset.at = e.at || "";
     var seq = document.createElement("span"); seq.className = "mono seq"; seq.textContent = "#" + e.id;
     var t = document.createElement("time"); t.dateTime = e.at; t.title = e.at;
-    t.textContent = String(e.at || "").slice(0, 19).replace("T", " ");
+    t.textContent = String(e.at || "").slice(0, 19).replace("T", " ") + " UTC";
     var ty = document.createElement("strong"); ty.className = "etype"; ty.textContent = e.type;
     li.append(seq, " ", t, " ", ty);
-    if (e.operation) { var op = document.createElement("a"); op.className = "mono"; op.href = "/operations/" + encodeURIComponent(e.operation) + "/"; op.textContent = e.operation; li.append(" ", op); }
+    if (e.operation) {
+      var op = document.createElement("a"); op.className = "mono"; op.href = "/operations/" + encodeURIComponent(e.operation) + "/"; op.textContent = e.operation; li.append(" ", op);
+      // The operation's step and the time since its previous event, as the server renders them.
+      var earlier = null;
+      (timeline ? timeline.querySelectorAll("li[data-op]") : []).forEach(function (x) { if (x.dataset.op === e.operation) earlier = x; });
+      var row = document.querySelector('tr[data-operation="' + CSS.escape(e.operation) + '"] td:nth-child(2)');
+      var step = (e.data && e.data.step) || (earlier && earlier.dataset.step) || (row ? row.textContent : "");
+      li.dataset.op = e.operation; li.dataset.step = step;
+      if (step) { var st = document.createElement("span"); st.className = "step"; visibleText(st, step); li.append(" ", st); }
+      if (earlier && earlier.dataset.at && e.at) {
+        var gap = (Date.parse(e.at) - Date.parse(earlier.dataset.at)) / 1000;
+        if (!isNaN(gap)) { var af = document.createElement("span"); af.className = "muted after"; af.title = "after this operation's previous event"; af.textContent = "+" + elapsed(gap); li.append(" ", af); }
+      }
+    }
     if (e.actor) { var a = document.createElement("span"); a.className = "muted"; visibleText(a, "by " + e.actor); li.append(" ", a); }
     if (e.data && e.data.to) { var b = document.createElement("span"); b.className = "badge st-" + e.data.to; b.textContent = e.data.to; li.append(" → ", b); }
     if (e.data && e.data.reason) { var r = document.createElement("span"); r.className = "muted"; visibleText(r, e.data.reason); li.append(" ", r); }
@@ -162,7 +187,7 @@
         if (seq <= last) return;  // already shown
         last = seq;
         timeline.dataset.lastSeq = String(last);
-        timeline.appendChild(timelineItem(msg.event));
+        timeline.appendChild(timelineItem(msg.event, timeline));
         refresh(fragmentIds);
       }, fragmentIds);
     },

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -41,3 +41,11 @@ def waited(since: datetime, now: datetime) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def elapsed(seconds: float) -> str:
+    """A short span between two events: "0.4s" under ten seconds, then as ``waited`` says it
+    (static/console.js formats live events the same way)."""
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
+    return waited(datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(seconds, UTC))

@@ -22,6 +22,7 @@ from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
 from console.middleware import is_api, refusal
 from console.web.decorators import console_view
+from console.web.formats import elapsed
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
 from runtime import attempts, budgets, cancellation, notifications, operations, policy, tasks
@@ -164,7 +165,9 @@ TIMELINE_FIRST_PAGE = 1000
 def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
     context = _task_context(actor, task_id)
     events = journal.events_after(task_id, 0, limit=TIMELINE_FIRST_PAGE)
-    context["events"] = [_timeline_entry(e) for e in events]
+    context["events"] = timeline_entries(
+        events, {row["op"].pk: row["op"].step for row in context["operations"]}
+    )
     context["last_seq"] = events[-1].seq if events else 0
     context["input_text"] = json_text(context["task"].input)
     context["can_watch"] = policy.allowed(policy.can_watch_task, actor, context["task"])
@@ -180,11 +183,23 @@ def json_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _timeline_entry(event: Any) -> dict[str, Any]:
-    entry = event_out(event)
-    # Same display as console.js gives events that arrive live: "YYYY-MM-DD HH:MM:SS".
-    entry["at_display"] = (entry["at"] or "")[:19].replace("T", " ")
-    return entry
+def timeline_entries(events: list[Any], steps: dict[str, str]) -> list[dict[str, Any]]:
+    """The task page's timeline, as console.js renders an event that arrives live: its time in
+    UTC ("YYYY-MM-DD HH:MM:SS UTC"), the step of its operation (``steps``, else the step its
+    proposal recorded) and how long after that operation's previous event it came."""
+    previous: dict[str, Any] = {}
+    entries = []
+    for event in events:
+        entry = event_out(event)
+        entry["at_display"] = (entry["at"] or "")[:19].replace("T", " ") + " UTC"
+        op = event.operation_id
+        if op:
+            entry["step"] = steps.get(op) or (event.data or {}).get("step") or ""
+            if op in previous:
+                entry["after"] = elapsed((event.at - previous[op]).total_seconds())
+            previous[op] = event.at
+        entries.append(entry)
+    return entries
 
 
 @require_GET

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -179,3 +180,53 @@ def test_page_of_a_session_that_ended_says_so_and_never_shows_the_login_form_inl
     expect(page.locator("#live-status")).to_contain_text("signed out")
     assert page.locator("#task-live input[name=password]").count() == 0
     expect(page.locator("#task-live h1")).to_have_text("watched")
+
+
+def _timeline_rows(page: Page) -> list[dict[str, Any]]:
+    return page.locator("#timeline li").evaluate_all(
+        """els => els.map(e => ({
+            type: e.querySelector('.etype').textContent,
+            time: e.querySelector('time').textContent,
+            step: e.querySelector('.step') ? e.querySelector('.step').textContent : null,
+            after: e.querySelector('.after') ? e.querySelector('.after').textContent : null,
+        }))"""
+    )
+
+
+def _check_steps_and_gaps(rows: list[dict[str, Any]]) -> None:
+    ops = [r for r in rows if r["type"].startswith("operation.")]
+    assert [r["type"] for r in ops] == [
+        "operation.proposed",
+        "operation.claimed",
+        "operation.succeeded",
+    ], rows
+    assert all(r["step"] == "fetch-invoices" for r in ops), ops
+    # The first event of an operation has nothing before it; the others say how long after.
+    assert ops[0]["after"] is None, ops
+    assert all(re.fullmatch(r"\+\d+\.\ds", r["after"] or "") for r in ops[1:]), ops
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r["time"]) for r in rows), rows
+
+
+def test_the_timeline_names_each_step_says_how_long_after_and_the_page_has_a_jump_list(
+    page: Page, server, workers
+):
+    """Issue 24 point 6: the timeline shows each operation's step and the time since that
+    operation's previous event, with times in their zone, alike when events arrive live and
+    when the page is rendered; the task page's sections can be jumped to."""
+    owner = factories.agent()
+    task = factories.task(owner, "timeline steps")
+    operator(page, server.url)
+    page.goto(f"{server.url}/tasks/{task.pk}/")
+    wait_live(page)
+    factories.operation(owner, task, step="fetch-invoices")
+    workers.start(count=1, concurrency=1)
+    done = page.locator('#timeline li .etype:text-is("operation.succeeded")')
+    expect(done).to_have_count(1, timeout=60_000)
+    _check_steps_and_gaps(_timeline_rows(page))  # as console.js rendered them, live
+
+    page.reload()
+    wait_live(page)
+    _check_steps_and_gaps(_timeline_rows(page))  # as the server renders them
+    page.get_by_role("navigation", name="On this page").get_by_role("link", name="Timeline").click()
+    assert page.url.endswith("#timeline-title")
+    assert page.page_errors == []  # type: ignore[attr-defined]
