@@ -4,6 +4,7 @@ transport layer, checked by the domain (authority is rechecked inside the decidi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth import get_user_model
 
@@ -68,8 +69,11 @@ def user_roles(user_id: int) -> frozenset[str]:
     """The user's current roles, read now (not cached), for rechecks inside a transaction."""
 
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    if user is None:
-        return frozenset()
+    return frozenset() if user is None else roles_of_user(user)
+
+
+def roles_of_user(user: Any) -> frozenset[str]:
+    """The roles of an account already read (its groups are read now)."""
     names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
     if user.is_superuser:
         names.add(ROLE_ADMIN)

@@ -47,6 +47,7 @@ POINTS = frozenset(
         "claim.slot_counted",  # a claim counted its class's running work under the slot lock
         "schedule.slot_read",  # a sweeper read a schedule's due slot, nothing claimed yet
         "schedule.slot_claimed",  # a slot's row is inserted (claimed), not yet committed
+        "stream.user_read",  # a stream's recheck read its person's account, not yet the roles
     }
 )
 

@@ -50,7 +50,15 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 
 from runtime.accounts import session_signed_in_as
-from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, user_roles
+from runtime.actors import (
+    ROLE_ADMIN,
+    ROLE_OPERATOR,
+    ROLE_SUPPORT,
+    Actor,
+    roles_of_user,
+    user_roles,
+)
+from runtime.crashpoints import crash_point
 from runtime.errors import NotAuthenticated, NotAuthorized, NotFound
 from runtime.models import Approval, Operation, Schedule, Task
 from runtime.tokens import token_is_live
@@ -193,13 +201,18 @@ def can_keep_streaming(
     token)."""
     if actor.token_id is not None and not token_is_live(actor.token_id):
         raise NotAuthenticated("the token was revoked")
-    if actor.kind == "user":
-        user = get_user_model().objects.filter(pk=actor.user_id or 0).first()
-        if user is None or not user.is_active:
-            raise NotAuthenticated("the account is no longer active")
-        if actor.token_id is None and not session_signed_in_as(session_key, user):
-            raise NotAuthenticated("the session ended")
-    right(fresh(actor))
+    if actor.kind != "user":
+        right(actor)
+        return
+    user = get_user_model().objects.filter(pk=actor.user_id or 0).first()
+    if user is None or not user.is_active:
+        raise NotAuthenticated("the account is no longer active")
+    if actor.token_id is None and not session_signed_in_as(session_key, user):
+        raise NotAuthenticated("the session ended")
+    crash_point("stream.user_read")
+    # The roles of the account as read above: reading it again could find it deactivated
+    # meanwhile, and an account that ended must end the stream as 401, never as a lost right.
+    right(replace(actor, roles=roles_of_user(user)))
 
 
 def can_write_outcomes(actor: Actor, task: Task) -> None:

@@ -155,6 +155,11 @@ SENDERS: dict[tuple[str, str], Sender] = {
         {"reason": "more time"},
     ),
     ("/api/v1/artifacts/{artifact_id}/accept", ""): _accept,
+    ("/api/v1/schedules", ""): lambda w: (
+        w.agent,
+        "/api/v1/schedules",
+        {"interval_seconds": 3600, "task": {"name": "nightly"}},
+    ),
 }
 # Query parameters: the url of a list the caller may read.
 LISTS = {
@@ -167,6 +172,7 @@ LISTS = {
         w.agent,
         f"/api/v1/tasks/{w.task.pk}/operations",
     ),
+    "/api/v1/schedules": lambda w: (w.agent, "/api/v1/schedules"),
 }
 
 
@@ -219,6 +225,8 @@ def test_every_body_maximum_is_the_servers(schema):
         ("/api/v1/operations/{operation_id}/complete", "usage"),
         ("/api/v1/approvals/{approval_id}/renew", "expires_in_seconds"),
         ("/api/v1/waits/{operation_id}/renew", "expires_in_seconds"),
+        ("/api/v1/schedules", "interval_seconds"),
+        ("/api/v1/schedules", "catch_up_seconds"),
     ]:
         assert expected in fields, expected
 

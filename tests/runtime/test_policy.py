@@ -4,12 +4,15 @@ task and on a task a user created. Roles are read at the moment of the decision.
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from runtime import policy
-from runtime.errors import NotAuthorized
+from runtime.errors import NotAuthenticated, NotAuthorized
 from runtime.models import Approval, Operation
 from tests import factories
+from tests.concurrency import gate_at, in_thread
+from tests.streams import session_of
 
 # Both databases: embedded (SQLite, rate limits counted in the database) and services.
 pytestmark = [pytest.mark.django_db]
@@ -111,3 +114,39 @@ def test_the_scope_rule_in_sql_selects_what_the_queryset_selects(people):
         assert {t.pk for t in raw} == expected, actor
         seen.append(len(expected))
     assert 0 in seen and 1 in seen and 3 in seen  # the table has teeth: none, own, all
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_whose_person_is_deactivated_mid_recheck_never_ends_as_a_lost_right():
+    """The recheck read the account (active), then the deactivation committed before it read
+    the roles: reading the account again found no roles and ended the stream 403, as if a role
+    had been taken away. The roles come from the account as read; the next recheck ends it
+    401. (A real concurrent transaction commits while the recheck waits at stream.user_read.)"""
+    admin = factories.console_user("admin")
+    task = factories.task(factories.agent())
+    user_id = admin.actor.user_id
+    session_key = session_of(admin.actor_user())
+
+    def recheck() -> str:
+        try:
+            policy.can_keep_streaming(
+                admin.actor,
+                lambda now: policy.can_follow_task(now, task),
+                session_key=session_key,
+            )
+        except NotAuthorized:
+            return "403"
+        except NotAuthenticated:
+            return "401"
+        return "kept"
+
+    assert recheck() == "kept"
+    with gate_at("stream.user_read", "racer") as gate:
+        thread, result = in_thread(recheck)
+        assert gate.reached.wait(timeout=30), "the recheck never read the account"
+        assert get_user_model().objects.filter(pk=user_id).update(is_active=False) == 1
+        gate.release()
+        thread.join()
+    assert result.result() == "kept"  # this round decided on the account it read
+    assert recheck() == "401"  # the next one sees the account ended
