@@ -11,8 +11,9 @@ from rest_framework.test import APIClient
 from runtime.accounts import console_user_create
 from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.executor import operation_execute
-from runtime.models import Operation, Task
-from runtime.operations import OperationSpec, operation_propose
+from runtime.leases import Lease, operation_claim
+from runtime.models import Execution, Operation, Task
+from runtime.operations import OperationSpec, Report, operation_propose, operation_report
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent, token_issue_for_user
 from runtime.transitions import OperationStatus
@@ -69,6 +70,28 @@ def operation(
         actor, task_obj.pk, OperationSpec(step=step or f"step-{next(_n)}", **spec)
     )
     return op
+
+
+def unresolved_operation(
+    owner: Principal | None = None, task_obj: Task | None = None, step: str | None = None
+) -> Operation:
+    """A ``demo.notify`` claimed and its call's outcome lost: notify has no contract to recover
+    with, so it waits for a person in the unresolved queue. Returns it as it now is."""
+    owner = owner or agent()
+    task_obj = task_obj or task(owner, "tell the customer")
+    op = operation(owner, task_obj, step=step, tool="demo.notify", params={"to": "c@x"})
+    execution = Execution.objects.create(host="test", pid=1).pk
+    lease = operation_claim(op.pk, execution_id=execution)
+    assert isinstance(lease, Lease)
+    operation_report(
+        op.pk,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        state_version=lease.state_version,
+        report=Report(outcome="unknown", message="lost response"),
+        execution_id=execution,
+    )
+    return Operation.objects.get(pk=op.pk)
 
 
 def run_claimable(task_id: str) -> None:

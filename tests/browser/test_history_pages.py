@@ -13,9 +13,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from runtime.approvals import approval_expire_sweep
-from runtime.leases import Lease, operation_claim
-from runtime.models import Approval, Execution, Operation, Resolution, Task
-from runtime.operations import Report, operation_report
+from runtime.models import Approval, Resolution, Task
 from tests import factories
 from tests.browser.conftest import login
 
@@ -133,30 +131,14 @@ def test_decided_requests_show_who_when_and_why_and_filter_by_tool_task_person_a
     assert page.page_errors == []  # type: ignore[attr-defined]
 
 
-def _unresolved(task: Task, owner: Any, step: str) -> Operation:
-    op = factories.operation(owner, task, step=step, tool="demo.notify", params={"to": "c@x"})
-    execution = Execution.objects.create(host="test", pid=1).pk
-    lease = operation_claim(op.pk, execution_id=execution)
-    assert isinstance(lease, Lease)
-    operation_report(
-        op.pk,
-        lease_generation=lease.lease_generation,
-        lease_token=lease.lease_token,
-        state_version=lease.state_version,
-        report=Report(outcome="unknown", message="lost response"),
-        execution_id=execution,
-    )
-    return Operation.objects.get(pk=op.pk)
-
-
 def test_resolutions_keep_their_evidence_in_a_history_filtered_by_tool_task_person_and_time(
     page: Page, server
 ):
     owner = factories.agent()
     task = factories.task(owner, "tell the customer")
     other_task = factories.task(owner, "tell the supplier")
-    op = _unresolved(task, owner, "notify-customer")
-    other = _unresolved(other_task, owner, "notify-supplier")
+    op = factories.unresolved_operation(owner, task, "notify-customer")
+    other = factories.unresolved_operation(owner, other_task, "notify-supplier")
     carol = factories.console_user("support", "carol-support")
     login(page, server.url, carol.actor.name)
     page.goto(f"{server.url}/unresolved/")

@@ -15,9 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from runtime.approvals import approval_expire_sweep
-from runtime.leases import Lease, operation_claim
-from runtime.models import ApiToken, Approval, Execution, Operation, Task
-from runtime.operations import Report, operation_report
+from runtime.models import ApiToken, Approval, Operation, Task
 from tests import factories
 from tests.browser.conftest import login
 
@@ -81,24 +79,6 @@ class Irreversible:
     said: str  # part of the message once it is done
 
 
-def _unresolved() -> Operation:
-    owner = factories.agent()
-    task = factories.task(owner, "tell the customer")
-    op = factories.operation(owner, task, tool="demo.notify", params={"to": "c@x"})
-    execution = Execution.objects.create(host="test", pid=1).pk
-    lease = operation_claim(op.pk, execution_id=execution)
-    assert isinstance(lease, Lease)
-    operation_report(
-        op.pk,
-        lease_generation=lease.lease_generation,
-        lease_token=lease.lease_token,
-        state_version=lease.state_version,
-        report=Report(outcome="unknown", message="lost response"),
-        execution_id=execution,
-    )
-    return op
-
-
 def _revoke_setup() -> tuple[str, Callable[[], Any]]:
     factories.agent("ci-bot")
     token = ApiToken.objects.get(agent__name="ci-bot")
@@ -131,7 +111,7 @@ def _deny_setup() -> tuple[str, Callable[[], Any]]:
 
 
 def _resolve_setup() -> tuple[str, Callable[[], Any]]:
-    op = _unresolved()
+    op = factories.unresolved_operation()
     return "/unresolved/", lambda: Operation.objects.get(pk=op.pk).status
 
 

@@ -12,9 +12,7 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from runtime.approvals import approval_expire_sweep
-from runtime.leases import Lease, operation_claim
-from runtime.models import Approval, Execution, Operation, Resolution, Task
-from runtime.operations import Report, operation_report
+from runtime.models import Approval, Resolution
 from runtime.resolutions import operation_resolve
 from tests import factories
 from tests.browser.conftest import TIMEOUT_MS, login
@@ -82,7 +80,7 @@ def _world() -> dict[str, str]:
         )
     )
     assert response.status_code == 200, response.content
-    unresolved = [_unresolved(owner, task, f"notify-{i}") for i in range(2)]
+    unresolved = [factories.unresolved_operation(owner, task, f"notify-{i}") for i in range(2)]
     operation_resolve(
         factories.console_user("support").actor,
         unresolved[1].pk,
@@ -94,22 +92,6 @@ def _world() -> dict[str, str]:
     for i in range(3):
         factories.agent(f"ci-bot-{i}-{LONG[:40]}")
     return {"task": task.pk, "operation": waiting.pk, "unresolved": unresolved[0].pk}
-
-
-def _unresolved(owner: factories.Principal, task: Task, step: str) -> Operation:
-    op = factories.operation(owner, task, step=step, tool="demo.notify", params={"to": "c@x"})
-    execution = Execution.objects.create(host="test", pid=1).pk
-    lease = operation_claim(op.pk, execution_id=execution)
-    assert isinstance(lease, Lease)
-    operation_report(
-        op.pk,
-        lease_generation=lease.lease_generation,
-        lease_token=lease.lease_token,
-        state_version=lease.state_version,
-        report=Report(outcome="unknown", message="lost response"),
-        execution_id=execution,
-    )
-    return Operation.objects.get(pk=op.pk)
 
 
 # What sticks out, for the failure message: elements whose right edge passes the screen.

@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from runtime.leases import Lease, operation_claim
-from runtime.models import Execution, Operation, Resolution
-from runtime.operations import Report, operation_report
+from runtime.models import Operation, Resolution
 from tests import factories
 from tests.browser.conftest import login, wait_live
 
@@ -57,22 +55,8 @@ def test_support_finds_reads_and_resolves_an_unresolved_operation(page: Page, se
 def test_an_operator_sees_the_queue_but_cannot_resolve(page: Page, server):
     # An operation in the queue: claimed, and its call's outcome lost; notify has no contract
     # to recover with, so it waits for a person.
-    owner = factories.agent()
-    op = factories.operation(
-        owner, factories.task(owner, "tell the customer"), tool="demo.notify", params={"to": "c@x"}
-    )
-    execution = Execution.objects.create(host="test", pid=1).pk
-    lease = operation_claim(op.pk, execution_id=execution)
-    assert isinstance(lease, Lease)
-    operation_report(
-        op.pk,
-        lease_generation=lease.lease_generation,
-        lease_token=lease.lease_token,
-        state_version=lease.state_version,
-        report=Report(outcome="unknown", message="lost response"),
-        execution_id=execution,
-    )
-    assert Operation.objects.get(pk=op.pk).status == "unresolved"
+    op = factories.unresolved_operation()
+    assert op.status == "unresolved"
 
     operator = factories.console_user("operator")
     login(page, server.url, operator.actor.name)
