@@ -161,6 +161,17 @@ def drainer_wanted(queue: str) -> bool:
     )
 
 
+# KEYS[1] the registry; ARGV: now, the entry's expiry, the member, the cap (-1: none). Lapsed
+# entries (killed drainers) are dropped first, so they do not hold places.
+_JOIN = """
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1])
+local cap = tonumber(ARGV[4])
+if cap >= 0 and redis.call('zcard', KEYS[1]) >= cap then return 0 end
+redis.call('zadd', KEYS[1], ARGV[2], ARGV[3])
+return 1
+"""
+
+
 class Registration:
     """One drainer's entry in its queue's set, renewed as it works. ``leave`` must come
     before the drainer's last look for work (see the module's note)."""
@@ -169,6 +180,28 @@ class Registration:
         self.key = _KEY.format(queue=queue)
         self.member = f"{os.getpid()}:{uuid.uuid4().hex}"
         self.registered = False
+
+    def join(self, cap: int | None) -> bool:
+        """Register as one more drainer, unless ``cap`` (None: no cap, a drainer asked for) live
+        ones are registered already: the count and the entry in one step on the server (a
+        script), so two workers that both saw a backlog cannot both join past the cap. False
+        when it did not join, or Redis failed."""
+        now = time.time()
+        try:
+            joined = _redis().eval(
+                _JOIN,
+                1,
+                self.key,
+                now,
+                now + float(settings.DRAIN_LEASE_SECONDS),
+                self.member,
+                -1 if cap is None else cap,
+            )
+        except Exception:
+            log.warning("drainer could not register", exc_info=True)
+            return False
+        self.registered = bool(joined)
+        return self.registered
 
     def renew(self) -> bool:
         """Register (or extend) until DRAIN_LEASE_SECONDS from now; False when Redis failed

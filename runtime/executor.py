@@ -107,12 +107,14 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
         return 0
     execution_id = execution_current()
     with work_bound(execution_id=execution_id):
-        return _drain(queue, tools, execution_id)
+        # The cap is checked again as the drainer joins, in one step with its entry.
+        cap = None if asked else int(settings.DRAINERS_PER_QUEUE)
+        return _drain(queue, tools, execution_id, cap)
 
 
-def _drain(queue: str, tools: list[str], execution_id: str) -> int:
+def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> int:
     registration = Registration(queue)
-    if not registration.renew():
+    if not registration.join(cap):
         return 0
     ran = 0
     limit = int(settings.DRAIN_BATCH)

@@ -495,3 +495,35 @@ def test_a_drainer_out_of_time_or_kept_full_hands_its_queue_on(_broker, settings
 
 def _sent_tasks(broker: redis.Redis) -> list[str]:
     return [json.loads(m)["headers"]["task"] for m in broker.lrange(QUEUE, 0, -1)]
+
+
+def test_two_workers_that_both_saw_a_backlog_join_as_one_drainer(_broker):
+    """DRAINERS_PER_QUEUE is a cap, not a hint: two worker children that both found a backlog
+    and no drainer (drainer_wanted) used to both register. Joining counts and registers in one
+    step on the server, so of two racing joins (threads released together at a barrier) one
+    drains; a drainer asked for (a helper) joins past the cap; a lapsed entry holds no place."""
+    import threading
+
+    from runtime.drainers import Registration
+
+    barrier = threading.Barrier(2)
+    results: list[bool] = []
+
+    def join() -> None:
+        registration = Registration(QUEUE)
+        barrier.wait(timeout=30)
+        results.append(registration.join(1))
+
+    threads = [threading.Thread(target=join) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(results) == [False, True]
+    assert _broker.zcard(f"drainers:{QUEUE}") == 1
+    assert Registration(QUEUE).join(None)  # asked for: a helper
+    assert _broker.zcard(f"drainers:{QUEUE}") == 2
+    _broker.delete(f"drainers:{QUEUE}")
+    _broker.zadd(f"drainers:{QUEUE}", {"killed:drainer": 1.0})  # lapsed long ago
+    assert Registration(QUEUE).join(1)
+    assert _broker.zcard(f"drainers:{QUEUE}") == 1
