@@ -144,13 +144,16 @@ def _changes(request: HttpRequest) -> tuple[dict[str, Any], int | None]:
         raise InvalidInput(
             "task.required_checks must be a JSON list of objects", field="task.required_checks"
         )
+    catch_up = _int_field(request, "catch_up_seconds")
+    # Both timings as typed: a cron and an interval together are the service's refusal to say
+    # ("exactly one"), never an interval dropped without a word; a catch-up window left empty
+    # is the default, one typed (even 0) is checked as typed.
     changes: dict[str, Any] = {
         "cron": cron,
-        "interval_seconds": None if cron else interval,
+        "interval_seconds": interval,
         "timezone": request.POST.get("timezone", "").strip() or "UTC",
         "overlap": request.POST.get("overlap", ""),
-        "catch_up_seconds": _int_field(request, "catch_up_seconds")
-        or schedules.DEFAULT_CATCH_UP_SECONDS,
+        "catch_up_seconds": schedules.DEFAULT_CATCH_UP_SECONDS if catch_up is None else catch_up,
         "task": task,
     }
     return changes, _int_field(request, "version")
