@@ -38,6 +38,7 @@ from runtime.ids import new_id
 from runtime.keys import key_notice
 from runtime.models import (
     Approval,
+    AuditRecord,
     Notification,
     NotificationEndpoint,
     NotificationEvent,
@@ -617,16 +618,19 @@ def endpoint_create(
     unknown = set(kinds) - set(K.ALL)
     if unknown:
         raise InvalidInput(f"unknown kinds: {', '.join(sorted(unknown))}", field="kinds")
-    endpoint = NotificationEndpoint.objects.create(
-        id=new_id("nep"),
-        name=name,
-        format=fmt,
-        url_sealed=url_seal(url),
-        url_hint=url_hint(url),
-        kinds=sorted(set(kinds)),
-        created_by=actor.label,
-        created_at=timezone.now(),
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        endpoint = NotificationEndpoint.objects.create(
+            id=new_id("nep"),
+            name=name,
+            format=fmt,
+            url_sealed=url_seal(url),
+            url_hint=url_hint(url),
+            kinds=sorted(set(kinds)),
+            created_by=actor.label,
+            created_at=now,
+        )
+        _endpoint_audit_txn(actor, "endpoint.added", endpoint, now)
     secret = (
         endpoint_secret(endpoint.pk, endpoint.secret_version).decode()
         if fmt == Channel.WEBHOOK
@@ -637,9 +641,30 @@ def endpoint_create(
 
 def endpoint_remove(actor: Actor, endpoint_id: str) -> None:
     can_manage_notification_endpoints(actor)
-    touched = NotificationEndpoint.objects.filter(pk=endpoint_id, active=True).update(active=False)
-    if not touched:
-        raise NotFound("no such endpoint")
+    with transaction.atomic():
+        endpoint = (
+            NotificationEndpoint.objects.select_for_update()
+            .filter(pk=endpoint_id, active=True)
+            .first()
+        )
+        if endpoint is None:
+            raise NotFound("no such endpoint")
+        NotificationEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
+        _endpoint_audit_txn(actor, "endpoint.removed", endpoint, timezone.now())
+
+
+def _endpoint_audit_txn(
+    actor: Actor, action: str, endpoint: NotificationEndpoint, now: datetime
+) -> None:
+    """Who changed where notifications go (they carry links to approvals): an access change,
+    kept with the tokens' in the audit records, never the URL itself (sealed)."""
+    AuditRecord.objects.create(
+        at=now,
+        actor=actor.label,
+        action=action,
+        subject=f"endpoint:{endpoint.pk}",
+        detail={"name": endpoint.name, "format": endpoint.format, "url": endpoint.url_hint},
+    )
 
 
 def endpoint_list(actor: Actor) -> list[NotificationEndpoint]:

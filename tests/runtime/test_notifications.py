@@ -25,6 +25,7 @@ from runtime.executor import invocation_context
 from runtime.keys import given_key_check, key_notice
 from runtime.models import (
     Approval,
+    AuditRecord,
     Notification,
     NotificationEvent,
     NotificationPreference,
@@ -35,6 +36,8 @@ from runtime.models import (
 from runtime.notifications import (
     approval_link,
     dispatch_due,
+    endpoint_create,
+    endpoint_remove,
     expiry_notice_sweep,
     fan_out,
     notification_task_id,
@@ -399,3 +402,24 @@ def test_an_approval_about_to_expire_is_reminded_once_and_a_wait_reaches_admins(
     kinds = dict(Notification.objects.values_list("kind", "reason"))
     assert kinds["approval_expiring"] == "operator"  # an admin holds the operator's right
     assert kinds["wait_expiring"] == "admin"
+
+
+def test_adding_and_removing_a_webhook_is_audited_with_its_admin_and_never_its_url():
+    """Where notifications go is an access change (they link to approvals): each addition and
+    removal is an audit record naming the admin, beside the tokens' ones; the URL's path and
+    query (a secret for many receivers) stay sealed."""
+    admin = factories.console_user("admin")
+    endpoint, _ = endpoint_create(
+        admin.actor,
+        name="on-call",
+        url="https://hooks.example.test/secret-path?t=abc",
+        fmt="webhook",
+        kinds=[],
+    )
+    endpoint_remove(admin.actor, endpoint.pk)
+    records = AuditRecord.objects.filter(subject=f"endpoint:{endpoint.pk}").order_by("id")
+    assert [(r.action, r.actor) for r in records] == [
+        ("endpoint.added", admin.actor.label),
+        ("endpoint.removed", admin.actor.label),
+    ]
+    assert all("secret-path" not in json.dumps(r.detail) for r in records)
