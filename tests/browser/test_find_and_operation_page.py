@@ -15,7 +15,7 @@ from runtime.leases import Lease, operation_claim
 from runtime.models import Execution, Operation, Task
 from runtime.waits import wait_sweep
 from tests import factories
-from tests.browser.conftest import login, operator
+from tests.browser.conftest import login, operator, wait_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
@@ -146,6 +146,11 @@ def test_operation_ids_link_to_the_operation_page(page: Page, server, where):
     admin = factories.console_user("admin")  # sees every queue, waits included
     login(page, server.url, admin.actor.name)
     page.goto(f"{server.url}{path}")
+    # Live pages re-render their rows when the socket catches up; a click whose press and
+    # release straddle that swap lands on two different links and is no click at all (seen
+    # once under load). Click once the page is live and its fragments are fetched.
+    wait_live(page)
+    page.wait_for_load_state("networkidle")
     page.get_by_role("link", name=op.pk, exact=True).first.click()
     page.wait_for_url(f"**/operations/{op.pk}/")
     expect(page.locator("#op-summary")).to_have_attribute("data-operation", op.pk)

@@ -234,6 +234,10 @@ class LeasedOperation(RuleBasedStateMachine):
         assert before.status == "running"
         assert before.lease_generation == generation == self.leases[-1].lease_generation
         self.tally["acceptances"] += 1
+        if self._fresh().status == "unresolved":
+            # A person must hear of it: that acceptance is the general writer's by design
+            # (runtime.operations._accept_fast_txn declines it), never the one statement's.
+            self.tally["acceptances ending unresolved"] += 1
         if kind == "succeeded":
             self.accepted.append((generation, kind))
 
@@ -294,10 +298,14 @@ def test_leasing_and_acceptance_hold_their_invariants_under_any_interleaving(
     assert tally["claims"] >= MIN_CLAIMS, tally
     assert tally["acceptances"] >= MIN_ACCEPTANCES, tally
     if one_statement:
-        # Every claim and acceptance here is the common case: the one statement made them all.
+        # Every claim and acceptance here is the common case: the one statement made them all,
         assert connection.vendor == "postgresql"
         assert tally["fast claims"] == tally["claims"], tally
-        assert tally["fast acceptances"] == tally["acceptances"], tally
+        # ...but one ending unresolved, which the general writer takes (and notes for people).
+        assert (
+            tally["fast acceptances"]
+            == tally["acceptances"] - tally["acceptances ending unresolved"]
+        ), tally
     else:
         # The general path alone: the one-statement forms never wrote.
         assert tally["fast claims"] == tally["fast acceptances"] == 0, tally
