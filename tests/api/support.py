@@ -73,8 +73,11 @@ def raw_http(base_url: str, data: bytes, chunks: int = 1) -> tuple[int, str, dic
     url = urlparse(base_url)
     with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
         step = max(1, -(-len(data) // chunks))
-        for start in range(0, len(data), step):
-            sock.sendall(data[start : start + step])
+        try:
+            for start in range(0, len(data), step):
+                sock.sendall(data[start : start + step])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered before the rest arrived (a 431, a 413): read it
         return read_answer(sock)
 
 
