@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -14,6 +15,7 @@ from runtime.crashpoints import crash_point
 from runtime.db import contention_retry, outside_transaction
 from runtime.drainers import (
     Registration,
+    call_quick,
     drain_take,
     drainable_tools,
     drainer_wanted,
@@ -39,23 +41,40 @@ from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What one delivery did: its outcome, and whether the call it claimed was quick (one a
+    drainer may take: only such a delivery looks for a backlog to drain)."""
+
+    outcome: str
+    quick: bool = False
+
+
 def operation_execute(operation_id: str) -> str:
     """Run one delivery of an operation; returns what happened, for logs and tests."""
+    return operation_deliver(operation_id).outcome
+
+
+def operation_deliver(operation_id: str) -> Delivery:
+    """Run one delivery of an operation (claim, invoke, report). Preconditions: no transaction
+    open."""
     execution_id = execution_current()
     # Every log line about this delivery carries its ids (runtime.logcontext).
     with work_bound(operation_id=operation_id, execution_id=execution_id):
         return _execute(operation_id, execution_id)
 
 
-def _execute(operation_id: str, execution_id: str) -> str:
+def _execute(operation_id: str, execution_id: str) -> Delivery:
     lease = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
     if isinstance(lease, Refusal):
         if lease.operation_exists:
             claim_refused_record(operation_id, execution_id, lease.reason)
         log.debug("nothing to claim: %s", lease.reason)
-        return "nothing_to_claim"
-    with work_bound(lease.operation):
-        return _run_claimed(operation_id, execution_id, lease)
+        return Delivery("nothing_to_claim")
+    op = lease.operation
+    with work_bound(op):
+        outcome = _run_claimed(operation_id, execution_id, lease)
+    return Delivery(outcome, quick=call_quick(op.tool, op.params))
 
 
 def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:

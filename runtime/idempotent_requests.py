@@ -4,12 +4,14 @@ The unique constraint on (principal, key) is the arbiter between concurrent firs
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from runtime.db import prepared_cursor
 from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress, StaleLease
@@ -83,7 +85,7 @@ def request_claim_txn(
         row = cur.fetchone()
     if not (row and row[0]):
         raise RequestInProgress("a request with this Idempotency-Key is still in progress")
-    existing = IdempotentRequest.objects.filter(principal=principal, key=key).first()
+    existing = _record_read(principal, key)
     if existing is None:
         return None
     return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
@@ -104,17 +106,53 @@ def request_record_txn(
     if record is not None:
         request_finish_txn(record, status, body)
         return
-    IdempotentRequest.objects.create(
-        principal=principal,
-        key=key,
-        method=method,
-        path=path,
-        body_hash=body_hash,
-        status=IdempotentRequest.STATUS_DONE,
-        response_status=status,
-        response_body=body,
-        finished_at=timezone.now(),
-    )
+    now = timezone.now()
+    row = (Jsonb(body), now, now)
+    with prepared_cursor() as cur:
+        cur.execute(
+            _RECORD,
+            (principal, key, method, path, body_hash, IdempotentRequest.STATUS_DONE, status, *row),
+        )
+
+
+# The PostgreSQL path's two statements, bound on the server (runtime.db.prepared_cursor): every
+# POST with a key runs them, and the ORM's compiling of each was a tenth of a proposal's CPU.
+_FIELDS = [
+    "id",
+    "principal",
+    "key",
+    "method",
+    "path",
+    "body_hash",
+    "status",
+    "response_status",
+    "response_body",
+    "created_at",
+    "finished_at",
+]
+_READ = (
+    'SELECT id, principal, "key", method, path, body_hash, status, response_status,'
+    " response_body, created_at, finished_at"
+    ' FROM runtime_idempotentrequest WHERE principal = %s AND "key" = %s'
+)
+_RECORD = (
+    'INSERT INTO runtime_idempotentrequest (principal, "key", method, path, body_hash, status,'
+    " response_status, response_body, created_at, finished_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def _record_read(principal: str, key: str) -> IdempotentRequest | None:
+    with prepared_cursor() as cur:
+        cur.execute(_READ, [principal, key])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    values = list(row)
+    body_at = _FIELDS.index("response_body")
+    if isinstance(values[body_at], str):  # Django's connections load jsonb as text
+        values[body_at] = json.loads(values[body_at])
+    return IdempotentRequest.from_db(DEFAULT_DB_ALIAS, _FIELDS, values)
 
 
 def _replay_or_refuse(

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
-from runtime.executor import operation_execute, queue_drain
+from runtime.executor import operation_deliver, queue_drain
 from runtime.notifications import notify_dispatch as _notify_dispatch
 from runtime.waits import wait_wake
 
@@ -77,10 +77,13 @@ def _child_stopping(**_: Any) -> None:
 
 @shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True, bind=True)
 def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None) -> str:
-    outcome = operation_execute(operation_id)
-    if not self.request.called_directly:
+    delivery = operation_deliver(operation_id)
+    # Only a quick call's delivery looks for a backlog to drain: a drainer takes quick calls
+    # alone, and one started by a burst of other calls sat idle on an empty list instead of
+    # taking their messages.
+    if delivery.quick and not self.request.called_directly:
         _drain_delivered_queue(self.request)
-    return outcome
+    return delivery.outcome
 
 
 @shared_task(name="runtime.drain_queue", ignore_result=True, acks_late=True)

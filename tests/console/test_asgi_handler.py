@@ -7,14 +7,18 @@ the server hands them over."""
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
 
 import pytest
 from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction
 from channels.testing import HttpCommunicator
+from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
 from django.test import Client
 
+from console import asgi
 from console.asgi import application, django_asgi_app
 from tests import factories
 
@@ -25,10 +29,12 @@ HOST = [(b"host", b"testserver")]
 
 @pytest.fixture(autouse=True)
 def _threads_connections_closed() -> Any:
-    """Each request runs in a thread of its own, which opens its own database connection (the
-    server pools them; the suite's settings keep them): collect the finished threads' ones so
-    none outlives its test."""
+    """Each request runs in a thread kept for later requests, which opens its own database
+    connection (the server pools them; the suite's settings keep them): close the idle
+    threads' ones, and collect the finished threads', so none outlives its test."""
     yield
+    for executor in list(asgi._threads._free):
+        executor.submit(connections.close_all).result(timeout=10)
     gc.collect()
 
 
@@ -158,3 +164,38 @@ def test_server_sent_events_still_stream_from_the_loop():
     assert stream["status"] == 200
     assert stream["headers"][b"content-type"].startswith(b"text/event-stream")
     assert b"event: task.created" in stream["body"]
+
+
+def test_a_request_runs_in_a_thread_an_earlier_request_left_idle():
+    """The request's thread is kept for the next request instead of started and joined for
+    each (Django's ThreadSensitiveContext() gave every request a new one)."""
+    agent = factories.agent()
+    task = factories.task(agent)
+    seen: list[threading.Thread] = []
+
+    def started(**_: Any) -> None:
+        seen.append(threading.current_thread())
+
+    signals.request_started.connect(started)
+    try:
+        for _ in range(3):
+            assert (
+                _request("GET", f"/api/v1/tasks/{task.pk}", _bearer(agent.token))["status"] == 200
+            )
+    finally:
+        signals.request_started.disconnect(started)
+    assert len(seen) == 3
+    assert seen[0] is seen[1] is seen[2]
+    assert seen[0] is not threading.main_thread()
+
+
+def test_request_threads_serve_one_request_each_and_keep_at_most_their_idle_count():
+    threads = asgi._RequestThreads(idle=1)
+    first, second = threads.take(), threads.take()
+    assert first is not second  # two requests at once: two threads
+    threads.give(first)
+    threads.give(second)  # past the idle count: ended
+    assert threads.take() is first
+    assert threads.take() is not second
+    with pytest.raises(RuntimeError):
+        second.submit(lambda: None)

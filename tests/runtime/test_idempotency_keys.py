@@ -17,6 +17,8 @@ from runtime.keys import (
     key_step,
     key_trigger,
 )
+from runtime import idempotent_requests
+from runtime.models import IdempotentRequest
 from runtime.tools import adapters
 
 ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
@@ -192,3 +194,11 @@ def test_a_given_key_may_not_take_a_derived_keys_shape(given_key):
 @pytest.mark.parametrize("given_key", ["order-42", "tsk_x", "stripe:ch_1", "a/tsk_x:y", "task:1"])
 def test_ordinary_given_keys_are_kept(given_key):
     assert given_key_check(given_key) == given_key
+
+
+def test_the_key_records_raw_read_names_every_column_of_its_model():
+    """runtime.idempotent_requests reads a record with its own statement: a column added to the
+    model must be read there too (a stored response would come back without it)."""
+    assert idempotent_requests._FIELDS == [
+        f.attname for f in IdempotentRequest._meta.concrete_fields
+    ]

@@ -34,6 +34,7 @@ from runtime.leases import (
 from runtime.models import Event, Invocation, Operation, OutboxMessage, RejectedObservation, Task
 from runtime.operations import OperationSpec, Report, operation_propose, operations_report_batch
 from runtime.transitions import OperationStatus as S
+from runtime.worker import execute_operation
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
@@ -348,6 +349,29 @@ def test_a_worker_drains_only_a_backlog_no_drainer_has(_broker, settings):
     assert registered == [1]
     assert _broker.llen(QUEUE) == 3  # the proposal published no message
     assert Operation.objects.get(step="drained").status == S.SUCCEEDED
+
+
+def test_only_a_quick_calls_delivery_looks_for_a_backlog_to_drain(_broker, settings):
+    """A burst of calls that are not quick is a backlog no drainer can take: a delivery of one
+    starts no drainer (one did, and sat on an empty drain list instead of taking messages)."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    settings.DRAIN_BACKLOG = 2
+    slow = [
+        operation_propose(
+            owner.actor, task.pk, OperationSpec(tool="demo.slow", step=f"s{i}", params={})
+        )[0]
+        for i in range(3)
+    ]
+    quick = _propose(owner, task, "q")
+    assert _broker.llen(QUEUE) == 4
+    drained: list[str] = []
+    with crash_point_installed("drain.leaving", lambda: drained.append("left")):
+        assert execute_operation.apply(args=[slow[0].pk]).get() == "succeeded"
+        assert drained == []
+        assert _broker.zcard(f"drainers:{QUEUE}") == 0
+        assert execute_operation.apply(args=[quick.pk]).get() == "succeeded"
+    assert drained == ["left"]
 
 
 def test_a_proposal_made_as_the_drainer_leaves_is_run_by_its_last_take(_broker):
