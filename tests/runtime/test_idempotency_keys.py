@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime import idempotent_requests
 from runtime.keys import (
     given_key_check,
     key_compensation,
@@ -17,7 +18,6 @@ from runtime.keys import (
     key_step,
     key_trigger,
 )
-from runtime import idempotent_requests
 from runtime.models import IdempotentRequest
 from runtime.tools import adapters
 
@@ -199,6 +199,6 @@ def test_ordinary_given_keys_are_kept(given_key):
 def test_the_key_records_raw_read_names_every_column_of_its_model():
     """runtime.idempotent_requests reads a record with its own statement: a column added to the
     model must be read there too (a stored response would come back without it)."""
-    assert idempotent_requests._FIELDS == [
+    assert [
         f.attname for f in IdempotentRequest._meta.concrete_fields
-    ]
+    ] == idempotent_requests._FIELDS
