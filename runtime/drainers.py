@@ -143,6 +143,17 @@ def drain_take(queue: str, limit: int) -> list[str]:
     return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
 
 
+def queues_waiting(queues: list[str]) -> dict[str, int]:
+    """How many announcements wait for each queue in Redis: its broker list and its drain list.
+    One round trip; raises what Redis raised."""
+    pipe = _redis().pipeline(transaction=False)
+    for queue in queues:
+        pipe.llen(queue)
+        pipe.llen(_LIST.format(queue=queue))
+    lengths = pipe.execute()
+    return {q: int(lengths[2 * i]) + int(lengths[2 * i + 1]) for i, q in enumerate(queues)}
+
+
 def drainer_wanted(queue: str) -> bool:
     """Whether ``queue`` needs one more drainer: DRAIN_BACKLOG or more messages wait for it in
     the broker (the Redis transport keeps a queue's messages in a list named after it) and

@@ -11,9 +11,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from runtime.admission import tool_class_of
+from runtime.drainers import queues_waiting
 from runtime.models import Operation, OutboxMessage
 from runtime.publish import EXECUTE_OPERATION, publish
 
@@ -87,16 +89,63 @@ def outbox_publish(messages: list[OutboxMessage]) -> int:
 _REPUBLISH_BACKOFF_CAP = 6
 
 
+# When this process's sweeps last saw each queue hold nothing (runtime.outbox.queues_drained_at).
+_drained_at: dict[str, datetime] = {}
+
+
+def queues_drained_at(now: datetime) -> dict[str, datetime] | None:
+    """For each queue of this deployment, the last time a sweep here saw it hold no message
+    (``now`` when it holds none now); a queue never seen empty is absent. None when the broker
+    cannot say (the embedded broker; Redis unreachable)."""
+    if settings.EMBEDDED_BROKER:
+        return None
+    try:
+        waiting = queues_waiting(list(settings.CELERY_QUEUES))
+    except Exception:
+        log.warning("the broker's queues are unreadable; stale announcements count as lost")
+        return None
+    for queue, count in waiting.items():
+        if count == 0:
+            _drained_at[queue] = now
+    return {q: _drained_at[q] for q in settings.CELERY_QUEUES if q in _drained_at}
+
+
+def _lost(stale: list[OutboxMessage], drained: dict[str, datetime] | None) -> list[OutboxMessage]:
+    """The stale rows whose message cannot still be waiting in the broker: published before
+    their queue was last seen empty. A row published since then may be queued behind a
+    backlog, and a copy of it would only be one more delivery to refuse."""
+    if drained is None:
+        return stale
+    routes = queues_for([m.operation_id for m in stale if m.operation_id])
+    lost = []
+    for message in stale:
+        queue = routes.get(message.operation_id or "") or settings.CELERY_QUEUE
+        seen_empty = drained.get(queue)
+        if seen_empty is not None and message.published_at <= seen_empty:  # type: ignore[attr-defined]
+            lost.append(message)
+    return lost
+
+
 def outbox_sweep(now: datetime | None = None, batch: int = 500) -> int:
-    """Publish again the rows due for longer than the grace period and still unconsumed, each
-    one later than the last time (exponential backoff per row)."""
+    """Publish again the rows due for longer than the grace period, still unconsumed and lost:
+    published before their queue was last seen empty in the broker (a backlog's rows wait in
+    it, and are not copied), each one later than the last time (exponential backoff per row).
+    Where the broker cannot say (embedded; Redis down) every stale row counts as lost."""
     now = now or timezone.now()
     grace = timedelta(seconds=settings.OUTBOX_GRACE_SECONDS)
+    drained = queues_drained_at(now)
+    if drained is not None and not drained:
+        return 0  # no queue was ever seen empty: every announcement may still be queued
     with transaction.atomic():
-        qs = OutboxMessage.objects.filter(available_at__lte=now - grace).order_by("available_at")
+        qs = OutboxMessage.objects.filter(available_at__lte=now - grace).annotate(
+            published_at=Coalesce("last_published_at", "created_at")
+        )
+        if drained is not None:
+            qs = qs.filter(published_at__lte=max(drained.values()))
+        qs = qs.order_by("available_at")
         if connection.features.has_select_for_update_skip_locked:
-            qs = qs.select_for_update(skip_locked=True)
-        stale = list(qs[:batch])
+            qs = qs.select_for_update(skip_locked=True, of=("self",))
+        stale = _lost(list(qs[:batch]), drained)
         if not stale:
             return 0
         for message in stale:

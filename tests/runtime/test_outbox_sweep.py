@@ -1,20 +1,42 @@
-"""The sweeper republishes announcements nobody consumed, but each one later than the last time:
-under a backlog whose messages still sit in the broker, it must not add copies faster than the
-workers drain them."""
+"""The sweeper republishes announcements nobody consumed, but each one later than the last time,
+and only those the broker can no longer hold: under a backlog whose messages still sit in the
+broker, copies would only be more deliveries for the workers to refuse."""
 
 from __future__ import annotations
 
 import itertools
 from datetime import timedelta
 
+from collections.abc import Iterator
+
 import pytest
+import redis
+from django.conf import settings as django_settings
 from django.utils import timezone
 
+from runtime import outbox
 from runtime.models import OutboxMessage
-from runtime.outbox import outbox_sweep
+from runtime.outbox import outbox_publish, outbox_sweep
 from tests import factories
 
 pytestmark = pytest.mark.django_db
+
+
+def _queues_emptied() -> None:
+    if django_settings.REDIS_URL:
+        client = redis.Redis.from_url(str(django_settings.REDIS_URL))
+        for queue in django_settings.CELERY_QUEUES:
+            client.delete(queue, f"drain:{queue}")
+
+
+@pytest.fixture(autouse=True)
+def _broker_empty() -> Iterator[None]:
+    """No other test's messages wait in the broker, and no sweep here has seen it yet."""
+    _queues_emptied()
+    outbox._drained_at.clear()
+    yield
+    _queues_emptied()
+    outbox._drained_at.clear()
 
 
 def test_an_unconsumed_announcement_is_republished_with_growing_pauses(settings):
@@ -29,6 +51,7 @@ def test_an_unconsumed_announcement_is_republished_with_growing_pauses(settings)
         now = t + timedelta(seconds=second)
         if outbox_sweep(now=now):
             republished_at.append(second)
+            _queues_emptied()  # each copy is lost too
     # Due after the grace (10 s), then after 20, 40, 80, 160 s more: never every sweep.
     gaps = [b - a for a, b in itertools.pairwise(republished_at)]
     assert republished_at[0] == 10
@@ -42,3 +65,23 @@ def test_a_consumed_announcement_is_never_republished(settings):
     op = factories.operation(owner, factories.task(owner))
     OutboxMessage.objects.filter(operation=op).delete()  # what a claim does
     assert outbox_sweep(now=timezone.now() + timedelta(hours=1)) == 0
+
+
+@pytest.mark.postgres
+def test_an_announcement_still_waiting_in_the_broker_is_not_copied(settings):
+    """A backlog: the message is queued behind others, its row stale. The sweep copies it only
+    once its queue was seen empty (a restarted Redis holds nothing), and then once."""
+    settings.OUTBOX_GRACE_SECONDS = 1
+    owner = factories.agent()
+    op = factories.operation(owner, factories.task(owner))
+    message = OutboxMessage.objects.get(operation=op)
+    assert outbox_publish([message]) == 1
+    client = redis.Redis.from_url(str(settings.REDIS_URL))
+    assert client.llen(settings.CELERY_QUEUE) == 1
+    later = timezone.now() + timedelta(hours=1)
+    assert outbox_sweep(now=later) == 0
+    assert client.llen(settings.CELERY_QUEUE) == 1
+    client.delete(settings.CELERY_QUEUE)  # lost with Redis
+    assert outbox_sweep(now=later + timedelta(seconds=1)) == 1
+    assert client.llen(settings.CELERY_QUEUE) == 1
+    assert OutboxMessage.objects.get(pk=message.pk).publish_count == 1
