@@ -111,7 +111,8 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
     """Drain ``queue``'s quick calls in batches (runtime.drainers) while they come, for up to
     DRAIN_SECONDS; returns how many calls were run.
 
-    A worker starts draining only when DRAIN_BACKLOG messages or more wait for the queue and
+    The worker asks after the delivery of a quick call (runtime.worker); it starts draining
+    only when DRAIN_BACKLOG messages or more wait for the queue and
     fewer than DRAINERS_PER_QUEUE (1) drain it (or when ``asked``: a ``runtime.drain_queue``
     message). A drainer runs quick calls as fast as they come until its batches come back
     full: then it asks for a helper. On the way out it leaves the registry first and then takes what
