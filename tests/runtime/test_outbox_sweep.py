@@ -5,9 +5,8 @@ broker, copies would only be more deliveries for the workers to refuse."""
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
-
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 import redis
