@@ -18,9 +18,10 @@ from the list in batches and claims them together. Nothing is lost by this:
 
 A worker starts draining only after it ran a quick call of the queue, and only when messages
 wait for the queue in the broker (a backlog of DRAIN_BACKLOG or more); at a load the workers
-keep up with, every call keeps its own message and its lowest latency. Only calls a tool declares quick (``ToolAdapter.quick``: milliseconds, in
-this process) are drained: a batch runs its calls one after another under leases taken
-together, so a slow call would hold the others' leases."""
+keep up with, every call keeps its own message and its lowest latency. Only calls a tool
+declares quick (``ToolAdapter.quick``: milliseconds, in this process) are drained: a batch runs
+its calls one after another under leases taken together, so a slow call would hold the others'
+leases."""
 
 from __future__ import annotations
 
