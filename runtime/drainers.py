@@ -1,27 +1,32 @@
-"""Drainers: under a backlog, one worker process per queue runs the queue's quick calls in
-batches (``runtime.executor.queue_drain``) instead of one Celery message each.
+"""Drainers: under a backlog, one worker process per queue (and the helpers it asks for) runs
+the queue's new calls without a Celery message each (``runtime.executor.queue_drain``): quick
+calls in batches, the others one at a time through the one-operation path.
 
 A drainer registers in Redis (a sorted set per queue, scored by when its registration lapses).
-A proposal of a quick call, once committed, asks Redis in one script: if a drainer is
-registered for its queue, the operation's id goes onto the queue's drain list and no Celery
-message is published; otherwise the message is published as always. The drainer takes ids
-from the list in batches and claims them together. Nothing is lost by this:
+A proposal, once committed, asks Redis in one script: if a drainer is registered for its
+queue, the operation's id goes onto one of the queue's drain lists (quick calls' or the list of
+calls run one at a time) and no Celery message is published; otherwise the message is
+published as always. The drainer takes the quick calls' ids in batches and claims them
+together, and the others one by one, each claimed, run and accepted alone as a Celery delivery
+would (``runtime.executor.operation_execute``). Nothing is lost by this:
 
-- the script is atomic, and a drainer leaves the set before it takes the list's last ids: an
+- the script is atomic, and a drainer leaves the set before it takes the lists' last ids: an
   id pushed while it was registered is taken by it; after it left, proposals publish;
 - the operation's outbox row, written in the proposal's transaction, stays the record: an id
-  lost with Redis, or left on the list by a drainer killed while registered (its registration
+  lost with Redis, or left on a list by a drainer killed while registered (its registration
   lapses after DRAIN_LEASE_SECONDS), is announced again by the sweeper once no claim consumed
-  the row within OUTBOX_GRACE_SECONDS; Redis unreachable reads as "no drainer";
+  the row within OUTBOX_GRACE_SECONDS (a list counts as waiting only while a drainer is
+  registered); Redis unreachable reads as "no drainer";
 - every id a batch does not claim (a paused or stopping task, a deadline passed, another
   claimant first) runs the one-operation path, which settles or refuses it.
 
-A worker starts draining only after it ran a quick call of the queue, and only when messages
+A worker starts draining only after it ran a call a drainer may take, and only when messages
 wait for the queue in the broker (a backlog of DRAIN_BACKLOG or more); at a load the workers
 keep up with, every call keeps its own message and its lowest latency. Only calls a tool
-declares quick (``ToolAdapter.quick``: milliseconds, in this process) are drained: a batch runs
+declares quick (``ToolAdapter.quick``: milliseconds, in this process) are batched: a batch runs
 its calls one after another under leases taken together, so a slow call would hold the others'
-leases."""
+leases. Calls of a tool class with a concurrency limit are never left to a drainer (their claim
+waits for a slot)."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -42,6 +48,8 @@ log = logging.getLogger(__name__)
 
 _KEY = "drainers:{queue}"
 _LIST = "drain:{queue}"
+# Calls a drainer takes one at a time (each through the one-operation path): those not quick.
+_SINGLES = "drain1:{queue}"
 # KEYS: the queue's drainer set, its drain list; ARGV: now, the operation id.
 _ANNOUNCE = """
 if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') > 0 then
@@ -88,6 +96,18 @@ def call_quick(tool: str, params: dict[str, Any]) -> bool:
     )
 
 
+def call_drained_singly(tool: str, kind: str) -> bool:
+    """Whether a drainer may take this call one at a time, through the one-operation path, when
+    it is not quick: a tool call of a class without a concurrency limit (whose claim would wait
+    for a slot), with batches on."""
+    return (
+        kind == "tool"
+        and tool in adapters()
+        and tool_class_of(tool) not in settings.TOOL_CONCURRENCY
+        and draining_enabled()
+    )
+
+
 def drainable_tools(queue: str) -> list[str]:
     """``tool:version`` of every drainable tool announced on ``queue`` that this worker runs
     (what a drainer of that queue may claim)."""
@@ -122,37 +142,65 @@ def _announce_script() -> Any:
     return script
 
 
-def drain_announce(queue: str, operation_id: str) -> bool:
+def drain_announce(queue: str, operation_id: str, *, single: bool = False) -> bool:
     """After the proposal's commit: leave the call to ``queue``'s drainer if one is registered
-    (True: its id is on the drain list), else False (the caller publishes its message)."""
+    (True: its id is on the drain list, or with ``single`` on the list of calls taken one at a
+    time), else False (the caller publishes its message)."""
     try:
-        key, items = _KEY.format(queue=queue), _LIST.format(queue=queue)
+        key = _KEY.format(queue=queue)
+        items = (_SINGLES if single else _LIST).format(queue=queue)
         return bool(_announce_script()(keys=[key, items], args=[time.time(), operation_id]))
     except Exception:
         log.warning("drainer registry unreachable; publishing", exc_info=True)
         return False
 
 
-def drain_take(queue: str, limit: int) -> list[str]:
-    """Up to ``limit`` ids from ``queue``'s drain list, oldest first (none when Redis fails:
-    the sweeper announces what the list held)."""
+@dataclass(frozen=True)
+class Taken:
+    """One look at a queue's drain lists: up to the limit of quick calls' ids (a batch), the
+    oldest call to run alone, and how many calls to run alone stay after it."""
+
+    batch: list[str]
+    single: str | None
+    singles_left: int
+
+
+def drain_take(queue: str, limit: int) -> Taken:
+    """Take from ``queue``'s drain lists, oldest first, in one round trip (nothing when Redis
+    fails: the sweeper announces what the lists held)."""
     try:
-        ids = _redis().lpop(_LIST.format(queue=queue), limit)
+        pipe = _redis().pipeline(transaction=False)
+        pipe.lpop(_LIST.format(queue=queue), limit)
+        pipe.lpop(_SINGLES.format(queue=queue))
+        pipe.llen(_SINGLES.format(queue=queue))
+        batch, single, left = pipe.execute()
     except Exception:
-        log.warning("drain list unreadable", exc_info=True)
-        return []
-    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
+        log.warning("drain lists unreadable", exc_info=True)
+        return Taken([], None, 0)
+    return Taken([_text(i) for i in batch or []], _text(single) if single else None, int(left))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def queues_waiting(queues: list[str]) -> dict[str, int]:
-    """How many announcements wait for each queue in Redis: its broker list and its drain list.
-    One round trip; raises what Redis raised."""
+    """How many announcements wait for each queue in Redis: its broker list, and its drain
+    lists while a drainer is registered to take them (ids a killed drainer left there wait for
+    nobody). One round trip; raises what Redis raised."""
+    now = time.time()
     pipe = _redis().pipeline(transaction=False)
     for queue in queues:
         pipe.llen(queue)
         pipe.llen(_LIST.format(queue=queue))
-    lengths = pipe.execute()
-    return {q: int(lengths[2 * i]) + int(lengths[2 * i + 1]) for i, q in enumerate(queues)}
+        pipe.llen(_SINGLES.format(queue=queue))
+        pipe.zcount(_KEY.format(queue=queue), now, "+inf")
+    replies = [int(r) for r in pipe.execute()]
+    waiting = {}
+    for i, queue in enumerate(queues):
+        broker, batched, single, drainers = replies[4 * i : 4 * i + 4]
+        waiting[queue] = broker + (batched + single if drainers else 0)
+    return waiting
 
 
 def drainer_wanted(queue: str) -> bool:
@@ -192,6 +240,7 @@ class Registration:
         self.key = _KEY.format(queue=queue)
         self.member = f"{os.getpid()}:{uuid.uuid4().hex}"
         self.registered = False
+        self.renewed_at = 0.0
 
     def join(self, cap: int | None) -> bool:
         """Register as one more drainer, unless ``cap`` (None: no cap, a drainer asked for) live
@@ -213,7 +262,18 @@ class Registration:
             log.warning("drainer could not register", exc_info=True)
             return False
         self.registered = bool(joined)
+        self.renewed_at = now
         return self.registered
+
+    def renew_due(self) -> bool:
+        """Renew once a fifth of DRAIN_LEASE_SECONDS passed since the last renewal (a drainer
+        looks for work after every call: renewing each time was a round trip per call)."""
+        if (
+            self.registered
+            and time.time() - self.renewed_at < float(settings.DRAIN_LEASE_SECONDS) / 5
+        ):
+            return True
+        return self.renew()
 
     def renew(self) -> bool:
         """Register (or extend) until DRAIN_LEASE_SECONDS from now; False when Redis failed
@@ -230,6 +290,7 @@ class Registration:
             self.registered = False
             return False
         self.registered = True
+        self.renewed_at = now
         return True
 
     def leave(self) -> None:

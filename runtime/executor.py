@@ -15,6 +15,7 @@ from runtime.crashpoints import crash_point
 from runtime.db import contention_retry, outside_transaction
 from runtime.drainers import (
     Registration,
+    call_drained_singly,
     call_quick,
     drain_take,
     drainable_tools,
@@ -43,11 +44,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Delivery:
-    """What one delivery did: its outcome, and whether the call it claimed was quick (one a
-    drainer may take: only such a delivery looks for a backlog to drain)."""
+    """What one delivery did: its outcome, and whether the call it claimed was one a drainer
+    may take (quick, or run one at a time): only such a delivery looks for a backlog to drain."""
 
     outcome: str
-    quick: bool = False
+    drainable: bool = False
 
 
 def operation_execute(operation_id: str) -> str:
@@ -74,7 +75,8 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
     op = lease.operation
     with work_bound(op):
         outcome = _run_claimed(operation_id, execution_id, lease)
-    return Delivery(outcome, quick=call_quick(op.tool, op.params))
+    drainable = call_quick(op.tool, op.params) or call_drained_singly(op.tool, op.kind)
+    return Delivery(outcome, drainable=drainable)
 
 
 def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
@@ -108,28 +110,28 @@ def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
 
 
 def queue_drain(queue: str, *, asked: bool = False) -> int:
-    """Drain ``queue``'s quick calls in batches (runtime.drainers) while they come, for up to
-    DRAIN_SECONDS; returns how many calls were run.
+    """Drain ``queue`` (runtime.drainers) while proposals come, for up to DRAIN_SECONDS: its
+    quick calls in batches, its other calls one at a time through the one-operation path, none
+    of them with a Celery message of its own; returns how many calls were run.
 
-    The worker asks after the delivery of a quick call (runtime.worker); it starts draining
-    only when DRAIN_BACKLOG messages or more wait for the queue and
-    fewer than DRAINERS_PER_QUEUE (1) drain it (or when ``asked``: a ``runtime.drain_queue``
-    message). A drainer runs quick calls as fast as they come until its batches come back
-    full: then it asks for a helper. On the way out it leaves the registry first and then takes what
-    the list still holds.
+    The worker asks after the delivery of a call a drainer may take (runtime.worker); it starts
+    draining only when DRAIN_BACKLOG messages or more wait for the queue and fewer than
+    DRAINERS_PER_QUEUE (1) drain it (or when ``asked``: a ``runtime.drain_queue`` message). A
+    drainer asks for a helper once its batches come back full or calls wait on its list of
+    single calls. On the way out it leaves the registry first and then takes what its lists
+    still hold.
 
     Preconditions: in a worker process, no transaction open. Nothing happens where batches are
     off (``drainers.draining_enabled``: the embedded mode, or DRAIN_BATCH=0)."""
     if not draining_enabled():
         return 0
-    tools = drainable_tools(queue)
-    if not tools or not (asked or drainer_wanted(queue)):
+    if not (asked or drainer_wanted(queue)):
         return 0
     execution_id = execution_current()
     with work_bound(execution_id=execution_id):
         # The cap is checked again as the drainer joins, in one step with its entry.
         cap = None if asked else int(settings.DRAINERS_PER_QUEUE)
-        return _drain(queue, tools, execution_id, cap)
+        return _drain(queue, drainable_tools(queue), execution_id, cap)
 
 
 def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> int:
@@ -138,6 +140,7 @@ def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> 
         return 0
     ran = 0
     limit = int(settings.DRAIN_BATCH)
+    backlog = int(settings.DRAIN_BACKLOG)
     interval = float(settings.DRAIN_INTERVAL_SECONDS)
     stop_at = time.monotonic() + float(settings.DRAIN_SECONDS)
     idle = float(settings.DRAIN_IDLE_SECONDS)
@@ -146,29 +149,33 @@ def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> 
     try:
         while registration.registered:
             taken_at = time.monotonic()
-            ids = drain_take(queue, limit)
+            taken = drain_take(queue, limit)
+            ids, single, left = taken.batch, taken.single, taken.singles_left
             ran += _drain_batch(ids, tools, execution_id)
-            if not ids:
+            if single is not None:
+                operation_execute(single)
+                ran += 1
+            if not ids and single is None:
                 # A moment without proposals does not end the session: leaving makes the next
                 # proposals publish messages again, and coming back costs a backlog.
                 idle_since = idle_since or taken_at
                 if taken_at - idle_since >= idle or taken_at >= stop_at:
                     break
-                registration.renew()
+                registration.renew_due()
                 time.sleep(interval)
                 continue
             idle_since = None
             if time.monotonic() >= stop_at:
                 # Out of time with work left: another turn for this queue, after what waits
-                # before it; it takes what is left on the list.
+                # before it; it takes what is left on the lists.
                 registration.leave()
                 _drain_again(queue)
                 return ran
-            registration.renew()
-            if len(ids) == limit and not helped:
+            registration.renew_due()
+            if (len(ids) == limit or left >= backlog) and not helped:
                 _drain_again(queue)  # a helper for a backlog this drainer cannot keep up with
                 helped = True
-            if len(ids) < limit:
+            if len(ids) < limit and single is None:
                 # Proposals arrive slower than this drainer runs them: the next batch is taken
                 # no sooner than an interval after this one, so it gathers instead of the
                 # drainer claiming one call per transaction (a batch that took longer than the
@@ -177,8 +184,11 @@ def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> 
         # Leave first, then take what was left to this drainer until then (runtime.drainers).
         crash_point("drain.leaving")
         registration.leave()
-        while ids := drain_take(queue, limit):
-            ran += _drain_batch(ids, tools, execution_id)
+        while (taken := drain_take(queue, limit)).batch or taken.single is not None:
+            ran += _drain_batch(taken.batch, tools, execution_id)
+            if taken.single is not None:
+                operation_execute(taken.single)
+                ran += 1
         return ran
     finally:
         registration.leave()

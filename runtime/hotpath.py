@@ -45,7 +45,7 @@ from psycopg.types.json import Jsonb
 
 from runtime.budgets import budget_remember
 from runtime.db import prepared_cursor, refusal_code
-from runtime.drainers import call_quick, drain_announce, queue_of
+from runtime.drainers import call_drained_singly, call_quick, drain_announce, queue_of
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
@@ -175,15 +175,17 @@ def _publish_after_commit(
     now: datetime,
     *,
     drain_queue: str | None = None,
+    single: bool = False,
 ) -> None:
-    """Hand the outbox row the statement wrote to the relay once it commits; a quick call
-    (``drain_queue``) goes to its queue's drainer instead when one is registered, asked after
-    the commit (the order runtime.drainers depends on)."""
+    """Hand the outbox row the statement wrote to the relay once it commits; a call a drainer
+    may take (``drain_queue``: in a batch, or ``single``, one at a time) goes to its queue's
+    drainer instead when one is registered, asked after the commit (the order
+    runtime.drainers depends on)."""
     if outbox_id is None:
         return
 
     def publish() -> None:
-        if drain_queue is not None and drain_announce(drain_queue, operation_id):
+        if drain_queue is not None and drain_announce(drain_queue, operation_id, single=single):
             return
         outbox_publish([_announcement(outbox_id, operation_id, available_at, now)])
 
@@ -476,8 +478,10 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     caller compares parameter hashes). Runs inside the caller's transaction, or as its own
     (autocommit); its announcement goes out after that commit."""
     announce = op.executor == Operation.EXECUTOR_WORKER
-    # A quick call goes to its queue's drainer when one is registered (runtime.drainers).
+    # A call goes to its queue's drainer when one is registered (runtime.drainers): a quick one
+    # to be claimed in a batch, another to be run one at a time.
     quick = announce and call_quick(op.tool, op.params)
+    single = announce and not quick and call_drained_singly(op.tool, op.kind)
     params = {
         "id": op.pk,
         "task_id": op.task_id,
@@ -523,7 +527,12 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     op.created_at = op.updated_at = now
     _hint_after_commit(task, "operation.proposed")
     _publish_after_commit(
-        row[len(_TASK_NAMES)], op.pk, now, now, drain_queue=queue_of(op.tool) if quick else None
+        row[len(_TASK_NAMES)],
+        op.pk,
+        now,
+        now,
+        drain_queue=queue_of(op.tool) if quick or single else None,
+        single=single,
     )
     return task
 

@@ -78,10 +78,9 @@ def _child_stopping(**_: Any) -> None:
 @shared_task(name="runtime.execute_operation", ignore_result=True, acks_late=True, bind=True)
 def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None) -> str:
     delivery = operation_deliver(operation_id)
-    # Only a quick call's delivery looks for a backlog to drain: a drainer takes quick calls
-    # alone, and one started by a burst of other calls sat idle on an empty list instead of
-    # taking their messages.
-    if delivery.quick and not self.request.called_directly:
+    # Only the delivery of a call a drainer may take looks for a backlog to drain (a drainer
+    # started by calls it could not take sat idle on an empty list instead of taking messages).
+    if delivery.drainable and not self.request.called_directly:
         _drain_delivered_queue(self.request)
     return delivery.outcome
 

@@ -98,7 +98,7 @@ def test_a_drainer_runs_a_backlog_of_quick_calls_in_one_claim_and_one_acceptance
     tasks = [factories.task(owner, name=f"t{i}") for i in range(3)]
     with _drainer_registered():
         quick = [_propose(owner, tasks[i % 3], f"q{i}") for i in range(6)]
-        slow = _propose(owner, tasks[0], "slow", _work_seconds=1)
+    slow = _propose(owner, tasks[0], "slow", _work_seconds=1)
     execution_current()  # this process's execution exists before counting
 
     with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
@@ -116,7 +116,8 @@ def test_a_drainer_runs_a_backlog_of_quick_calls_in_one_claim_and_one_acceptance
         assert list(
             Event.objects.filter(operation=op).order_by("seq").values_list("type", flat=True)
         ) == ["operation.proposed", "operation.claimed", "operation.succeeded"]
-    # The slow call is not a drainer's: still pending, announced by its own message.
+    # The slow call, proposed with no drainer registered: still pending, announced by its own
+    # message (one proposed while a drainer is registered is run alone: the test below).
     slow.refresh_from_db()
     assert slow.status == S.PENDING
     assert list(OutboxMessage.objects.values_list("operation_id", flat=True)) == [slow.pk]
@@ -309,11 +310,12 @@ def test_a_proposal_goes_to_the_drain_list_while_a_drainer_is_registered(_broker
             0,
             [left.pk.encode()],
         )
-        # A call a drainer does not take is published as always.
-        _propose(owner, task, "faulty", _fault="transient:1")
-        assert _broker.llen(QUEUE) == 1
+        # A call that is not quick goes to the list of calls run one at a time.
+        alone = _propose(owner, task, "faulty", _fault="transient:1")
+        assert _broker.llen(QUEUE) == 0
+        assert _broker.lrange(f"drain1:{QUEUE}", 0, -1) == [alone.pk.encode()]
     _propose(owner, task, "published")
-    assert (_broker.llen(QUEUE), _broker.llen(f"drain:{QUEUE}")) == (2, 1)
+    assert (_broker.llen(QUEUE), _broker.llen(f"drain:{QUEUE}")) == (1, 1)
 
 
 def test_a_worker_drains_only_a_backlog_no_drainer_has(_broker, settings):
@@ -351,27 +353,39 @@ def test_a_worker_drains_only_a_backlog_no_drainer_has(_broker, settings):
     assert Operation.objects.get(step="drained").status == S.SUCCEEDED
 
 
-def test_only_a_quick_calls_delivery_looks_for_a_backlog_to_drain(_broker, settings):
-    """A burst of calls that are not quick is a backlog no drainer can take: a delivery of one
-    starts no drainer (one did, and sat on an empty drain list instead of taking messages)."""
+def _slow(owner: factories.Principal, task: Task, step: str) -> Operation:
+    return operation_propose(
+        owner.actor, task.pk, OperationSpec(tool="demo.slow", step=step, params={})
+    )[0]
+
+
+def test_a_burst_of_calls_that_are_not_quick_is_drained_one_at_a_time(_broker, settings):
+    """Calls that are not quick under a backlog: a delivery of one makes its worker the queue's
+    drainer, and the calls proposed meanwhile publish no message; the drainer runs each through
+    the one-operation path (its own claim, its own lease, its own acceptance)."""
     owner = factories.agent()
     task = factories.task(owner)
     settings.DRAIN_BACKLOG = 2
-    slow = [
-        operation_propose(
-            owner.actor, task.pk, OperationSpec(tool="demo.slow", step=f"s{i}", params={})
-        )[0]
-        for i in range(3)
-    ]
-    quick = _propose(owner, task, "q")
-    assert _broker.llen(QUEUE) == 4
-    drained: list[str] = []
-    with crash_point_installed("drain.leaving", lambda: drained.append("left")):
+    slow = [_slow(owner, task, f"s{i}") for i in range(3)]
+    assert _broker.llen(QUEUE) == 3
+    proposed: list[Operation] = []
+
+    def propose_while_draining() -> None:
+        if not proposed:
+            _, done = in_thread(
+                lambda: proposed.extend(_slow(owner, task, f"d{i}") for i in range(2)), "proposer"
+            )
+            done.result(timeout=60)
+
+    with crash_point_installed("drain.leaving", propose_while_draining):
         assert execute_operation.apply(args=[slow[0].pk]).get() == "succeeded"
-        assert drained == []
-        assert _broker.zcard(f"drainers:{QUEUE}") == 0
-        assert execute_operation.apply(args=[quick.pk]).get() == "succeeded"
-    assert drained == ["left"]
+    assert len(proposed) == 2
+    assert _broker.llen(QUEUE) == 3  # the burst's own messages: the drained calls published none
+    assert _broker.llen(f"drain1:{QUEUE}") == 0
+    drained = Operation.objects.filter(pk__in=[op.pk for op in proposed])
+    assert {op.status for op in drained} == {S.SUCCEEDED}
+    tokens = {op.lease_token_digest for op in drained}
+    assert len(tokens) == 2  # claimed one at a time: a batch shares one lease token
 
 
 def test_a_proposal_made_as_the_drainer_leaves_is_run_by_its_last_take(_broker):

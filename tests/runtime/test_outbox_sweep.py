@@ -14,6 +14,7 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from runtime import outbox
+from runtime.drainers import Registration
 from runtime.models import OutboxMessage
 from runtime.outbox import outbox_publish, outbox_sweep
 from tests import factories
@@ -25,7 +26,7 @@ def _queues_emptied() -> None:
     if django_settings.REDIS_URL:
         client = redis.Redis.from_url(str(django_settings.REDIS_URL))
         for queue in django_settings.CELERY_QUEUES:
-            client.delete(queue, f"drain:{queue}")
+            client.delete(queue, f"drain:{queue}", f"drain1:{queue}", f"drainers:{queue}")
 
 
 @pytest.fixture(autouse=True)
@@ -84,3 +85,22 @@ def test_an_announcement_still_waiting_in_the_broker_is_not_copied(settings):
     assert outbox_sweep(now=later + timedelta(seconds=1)) == 1
     assert client.llen(settings.CELERY_QUEUE) == 1
     assert OutboxMessage.objects.get(pk=message.pk).publish_count == 1
+
+
+@pytest.mark.postgres
+def test_ids_on_a_drain_list_wait_only_while_a_drainer_is_registered(settings):
+    """A proposal left to a drainer is on its queue's drain list: not lost while the drainer is
+    registered, lost once its registration lapsed (a killed drainer), and then copied."""
+    settings.OUTBOX_GRACE_SECONDS = 1
+    owner = factories.agent()
+    op = factories.operation(owner, factories.task(owner))
+    client = redis.Redis.from_url(str(settings.REDIS_URL))
+    queue = settings.CELERY_QUEUE
+    client.rpush(f"drain1:{queue}", op.pk)
+    registration = Registration(queue)
+    assert registration.renew()
+    later = timezone.now() + timedelta(hours=1)
+    assert outbox_sweep(now=later) == 0
+    registration.leave()  # as its lapse would
+    assert outbox_sweep(now=later + timedelta(seconds=1)) == 1
+    assert client.llen(queue) == 1
