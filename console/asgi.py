@@ -10,9 +10,11 @@ from urllib.parse import ParseResult, urlparse
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
+import asyncio
 import io
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import replace
 
 import django
@@ -21,7 +23,7 @@ from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 
 
@@ -66,21 +68,76 @@ class SyncChainASGIHandler(ASGIHandler):
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = edge.framing(scope)
         if body is None:
-            await super().handle(scope, receive, send)
+            await self._serve(scope, receive, send)
             return
         admission, needs_principal = edge.route_admission(scope, body)
         if needs_principal:
             admission = await sync_to_async(edge.admit, thread_sensitive=True)(scope, admission)
         if not admission.refused:
             try:
-                # Django's handler, reading through read_body below, then create_request.
+                # Read through read_body below, then create_request.
                 capped = _Capped(receive, admission.limit)
-                await super().handle({**scope, _ADMISSION: admission}, capped, send)
+                await self._serve({**scope, _ADMISSION: admission}, capped, send)
                 return
             except _BodyTooLarge:
                 answer = edge.too_large(admission.upload, admission.limit)
                 admission = replace(admission, refused=True, answer=answer)
         await self._answer_unread(scope, admission, send)
+
+    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's ``handle`` with the request's sync work in one crossing: the request_started
+        signal, the chain and the view, and, for a response whose body is whole in memory, its
+        close (request_finished: the connection goes back to the pool) before its bytes are
+        sent. Django crossed three times (the signal, the chain, the close), each a wakeup of
+        the request's thread and one of the loop's under one GIL. A streamed response is sent
+        from the loop while a disconnect is listened for, and closed after, as Django does."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            respond = sync_to_async(self._respond, thread_sensitive=True)
+            response, closed = await respond(scope, body_file)
+            if closed:
+                await self.send_response(response, send)
+            else:
+                await self._stream(response, receive, send)
+        finally:
+            body_file.close()
+
+    def _respond(self, scope: dict[str, Any], body_file: Any) -> tuple[HttpResponseBase, bool]:
+        """In the request's thread: the response, and whether it is closed already."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            error_response.close()
+            return error_response, True
+        response = self.get_response(request)
+        response._handler_class = self.__class__  # type: ignore[attr-defined]  # as Django's
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if response.streaming:
+            return response, False
+        response.close()
+        return response, True
+
+    async def _stream(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
+        """Send a streamed response until it ends or its client goes (Django's own way)."""
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(self.send_response(response, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                with suppress(RequestAborted):
+                    task.result()
+            else:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+        await sync_to_async(response.close, thread_sensitive=True)()
 
     async def read_body(self, receive: Any) -> Any:
         """Django's read_body, stopping as soon as the body passes its route's limit."""
