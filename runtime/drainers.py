@@ -180,6 +180,23 @@ def drain_take(queue: str, limit: int) -> Taken:
     return Taken([_text(i) for i in batch or []], _text(single) if single else None, int(left))
 
 
+def drain_wait(queue: str, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for an id on either of ``queue``'s drain lists; True when
+    one arrived (it is put back at the head of its list, for drain_take). Sleeps out the
+    timeout when Redis fails."""
+    try:
+        client = _redis()
+        got = client.blpop([_SINGLES.format(queue=queue), _LIST.format(queue=queue)], timeout)
+        if got is None:
+            return False
+        client.lpush(got[0], got[1])
+    except Exception:
+        log.warning("drain lists unreadable", exc_info=True)
+        time.sleep(timeout)
+        return False
+    return True
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

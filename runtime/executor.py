@@ -18,6 +18,7 @@ from runtime.drainers import (
     call_drained_singly,
     call_quick,
     drain_take,
+    drain_wait,
     drainable_tools,
     drainer_wanted,
     draining_enabled,
@@ -45,10 +46,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Delivery:
     """What one delivery did: its outcome, and whether the call it claimed was one a drainer
-    may take (quick, or run one at a time): only such a delivery looks for a backlog to drain."""
+    may take (quick, or run one at a time): only such a delivery looks for a backlog to drain;
+    and whether it was quick (a drainer it starts waits for proposals: runtime.executor._drain)."""
 
     outcome: str
     drainable: bool = False
+    quick: bool = False
 
 
 def operation_execute(operation_id: str) -> str:
@@ -75,8 +78,9 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
     op = lease.operation
     with work_bound(op):
         outcome = _run_claimed(operation_id, execution_id, lease)
-    drainable = call_quick(op.tool, op.params) or call_drained_singly(op.tool, op.kind)
-    return Delivery(outcome, drainable=drainable)
+    quick = call_quick(op.tool, op.params)
+    drainable = quick or call_drained_singly(op.tool, op.kind)
+    return Delivery(outcome, drainable=drainable, quick=quick)
 
 
 def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
@@ -109,7 +113,7 @@ def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
     return report.outcome
 
 
-def queue_drain(queue: str, *, asked: bool = False) -> int:
+def queue_drain(queue: str, *, asked: bool = False, patient: bool = True) -> int:
     """Drain ``queue`` (runtime.drainers) while proposals come, for up to DRAIN_SECONDS: its
     quick calls in batches, its other calls one at a time through the one-operation path, none
     of them with a Celery message of its own; returns how many calls were run.
@@ -119,11 +123,16 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
     DRAINERS_PER_QUEUE (1) drain it (or when ``asked``: a ``runtime.drain_queue`` message). A
     drainer asks for a helper once its batches come back full or calls wait on its list of
     single calls. On the way out it leaves the registry first and then takes what its lists
-    still hold.
+    still hold. Unless ``patient`` (or asked), a drainer that sees no proposal within
+    DRAIN_INTERVAL_SECONDS leaves at once and its process does not try again for ten
+    DRAIN_IDLE_SECONDS: the backlog it saw is messages (a held backlog released), which its
+    worker takes faster than a drainer waiting for proposals that do not come.
 
     Preconditions: in a worker process, no transaction open. Nothing happens where batches are
     off (``drainers.draining_enabled``: the embedded mode, or DRAIN_BATCH=0)."""
     if not draining_enabled():
+        return 0
+    if not asked and time.monotonic() < _quiet_until.get(queue, 0.0):
         return 0
     if not (asked or drainer_wanted(queue)):
         return 0
@@ -131,16 +140,30 @@ def queue_drain(queue: str, *, asked: bool = False) -> int:
     with work_bound(execution_id=execution_id):
         # The cap is checked again as the drainer joins, in one step with its entry.
         cap = None if asked else int(settings.DRAINERS_PER_QUEUE)
-        return _drain(queue, drainable_tools(queue), execution_id, cap)
+        patient = patient or asked
+        ran = _drain(queue, drainable_tools(queue), execution_id, cap, patient=patient)
+    if ran == 0 and not patient:
+        # A backlog of messages and no proposal arriving (a held backlog released): this worker
+        # takes the messages, and does not look for proposals again for a while.
+        _quiet_until[queue] = time.monotonic() + 10 * float(settings.DRAIN_IDLE_SECONDS)
+    return ran
 
 
-def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> int:
+# Per queue, until when this process does not try to drain it (queue_drain).
+_quiet_until: dict[str, float] = {}
+
+
+def _drain(
+    queue: str, tools: list[str], execution_id: str, cap: int | None, *, patient: bool
+) -> int:
+    """``patient``: wait DRAIN_IDLE_SECONDS for a first proposal (a drainer asked for);
+    otherwise a drainer that finds none within DRAIN_INTERVAL_SECONDS leaves at once (the
+    backlog it saw is messages, which it takes faster as a worker)."""
     registration = Registration(queue)
     if not registration.join(cap):
         return 0
     ran = 0
     limit = int(settings.DRAIN_BATCH)
-    backlog = int(settings.DRAIN_BACKLOG)
     interval = float(settings.DRAIN_INTERVAL_SECONDS)
     stop_at = time.monotonic() + float(settings.DRAIN_SECONDS)
     idle = float(settings.DRAIN_IDLE_SECONDS)
@@ -159,10 +182,13 @@ def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> 
                 # A moment without proposals does not end the session: leaving makes the next
                 # proposals publish messages again, and coming back costs a backlog.
                 idle_since = idle_since or taken_at
-                if taken_at - idle_since >= idle or taken_at >= stop_at:
+                wait = idle if patient or ran else interval
+                if taken_at - idle_since >= wait or taken_at >= stop_at:
                     break
                 registration.renew_due()
-                time.sleep(interval)
+                # Woken by the next id as it arrives (no sleep to wait out: a call run alone
+                # is taken at once, as its Celery message would have been).
+                drain_wait(queue, interval)
                 continue
             idle_since = None
             if time.monotonic() >= stop_at:
@@ -172,8 +198,11 @@ def _drain(queue: str, tools: list[str], execution_id: str, cap: int | None) -> 
                 _drain_again(queue)
                 return ran
             registration.renew_due()
-            if (len(ids) == limit or left >= backlog) and not helped:
-                _drain_again(queue)  # a helper for a backlog this drainer cannot keep up with
+            if (len(ids) == limit or left > 0) and not helped:
+                # A helper for a backlog this drainer cannot keep up with: a full batch, or a
+                # call run alone waiting behind the one it runs (while it is registered the
+                # other workers get no message for those calls).
+                _drain_again(queue)
                 helped = True
             if len(ids) < limit and single is None:
                 # Proposals arrive slower than this drainer runs them: the next batch is taken

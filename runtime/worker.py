@@ -81,7 +81,7 @@ def execute_operation(self: Any, operation_id: str, outbox_id: int | None = None
     # Only the delivery of a call a drainer may take looks for a backlog to drain (a drainer
     # started by calls it could not take sat idle on an empty list instead of taking messages).
     if delivery.drainable and not self.request.called_directly:
-        _drain_delivered_queue(self.request)
+        _drain_delivered_queue(self.request, patient=delivery.quick)
     return delivery.outcome
 
 
@@ -92,11 +92,11 @@ def drain_queue(queue: str) -> int:
     return queue_drain(queue, asked=True)
 
 
-def _drain_delivered_queue(request: Any) -> None:
-    """After a delivery, a backlog of quick calls on its queue is drained in batches."""
+def _drain_delivered_queue(request: Any, *, patient: bool) -> None:
+    """After a delivery, a backlog on its queue is drained (runtime.executor.queue_drain)."""
     queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
     try:
-        queue_drain(queue)
+        queue_drain(queue, patient=patient)
     except Exception:
         # The delivery's own work is done; what the batch left is recovered like any claim.
         log.exception("draining %s failed", queue)

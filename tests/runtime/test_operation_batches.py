@@ -52,9 +52,11 @@ KEYS = (QUEUE, f"drainers:{QUEUE}", f"drain:{QUEUE}")
 @pytest.fixture(autouse=True)
 def _broker() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(str(settings.REDIS_URL))
-    client.delete(*KEYS)
+    client.delete(*KEYS, f"drain1:{QUEUE}")
+    executor._quiet_until.clear()
     yield client
-    client.delete(*KEYS)
+    client.delete(*KEYS, f"drain1:{QUEUE}")
+    executor._quiet_until.clear()
 
 
 @contextmanager
@@ -337,6 +339,14 @@ def test_a_worker_drains_only_a_backlog_no_drainer_has(_broker, settings):
             executor.queue_drain(QUEUE)
         assert joined == [2]
         settings.DRAINERS_PER_QUEUE = 1
+    # A drainer started by a call run alone (not patient) that finds no proposal leaves at once,
+    # and its process leaves the queue to its messages a while (three wait, nobody drains).
+    looked: list[str] = []
+    with crash_point_installed("drain.leaving", lambda: looked.append("joined")):
+        assert executor.queue_drain(QUEUE, patient=False) == 0  # joins, finds none, leaves
+        assert executor.queue_drain(QUEUE, patient=False) == 0  # and does not join again
+    assert looked == ["joined"]
+    executor._quiet_until.clear()
     # Three wait and nobody drains: this worker registers, and the next proposal is its.
     registered: list[int] = []
 
