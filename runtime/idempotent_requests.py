@@ -130,11 +130,13 @@ _FIELDS = [
     "created_at",
     "finished_at",
 ]
+# The read's column list is _FIELDS itself (names from this module, no input).
 _READ = (
-    'SELECT id, principal, "key", method, path, body_hash, status, response_status,'
-    " response_body, created_at, finished_at"
-    ' FROM runtime_idempotentrequest WHERE principal = %s AND "key" = %s'
+    "SELECT "  # noqa: S608
+    + ", ".join(f'"{name}"' for name in _FIELDS)
+    + ' FROM runtime_idempotentrequest WHERE principal = %s AND "key" = %s'
 )
+_BODY_AT = _FIELDS.index("response_body")
 _RECORD = (
     'INSERT INTO runtime_idempotentrequest (principal, "key", method, path, body_hash, status,'
     " response_status, response_body, created_at, finished_at)"
@@ -149,9 +151,8 @@ def _record_read(principal: str, key: str) -> IdempotentRequest | None:
     if row is None:
         return None
     values = list(row)
-    body_at = _FIELDS.index("response_body")
-    if isinstance(values[body_at], str):  # Django's connections load jsonb as text
-        values[body_at] = json.loads(values[body_at])
+    if isinstance(values[_BODY_AT], str):  # Django's connections load jsonb as text
+        values[_BODY_AT] = json.loads(values[_BODY_AT])
     return IdempotentRequest.from_db(DEFAULT_DB_ALIAS, _FIELDS, values)
 
 
