@@ -42,9 +42,10 @@ class SyncChainASGIHandler(ASGIHandler):
 
     The request's thread is taken from those earlier requests left idle (``_RequestThreads``)
     instead of started for it and joined after it, as Django's ``ThreadSensitiveContext()``
-    does: a thread's start and join, and everything kept per thread (the database connection's
-    wrapper, Celery's per-thread state), had cost about a tenth of the web process's CPU per
-    request. It still serves one request at a time."""
+    does: a thread's start and join, and what is built again per thread (the database
+    connection's wrapper, Celery's per-thread backend), were about a tenth of the web process's
+    samples holding the GIL under py-spy; an A/B of CPU per request across the running server
+    was lost in this host's noise. It still serves one request at a time."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
