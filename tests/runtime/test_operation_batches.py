@@ -575,3 +575,20 @@ def test_two_workers_that_both_saw_a_backlog_join_as_one_drainer(_broker):
     _broker.zadd(f"drainers:{QUEUE}", {"killed:drainer": 1.0})  # lapsed long ago
     assert Registration(QUEUE).join(1)
     assert _broker.zcard(f"drainers:{QUEUE}") == 1
+
+
+def test_a_drainer_asks_for_a_helper_once_a_call_waits_behind_the_one_it_runs(_broker):
+    """While a drainer is registered the other workers get no message for the calls run alone:
+    one waiting behind the call the drainer runs makes it ask for a helper (a
+    ``runtime.drain_queue`` message); a lone call does not."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    with _drainer_registered():
+        _slow(owner, task, "lone")
+    assert executor.queue_drain(QUEUE, asked=True) == 1
+    assert _sent_tasks(_broker) == []
+    with _drainer_registered():
+        for i in range(2):
+            _slow(owner, task, f"pair{i}")
+    assert executor.queue_drain(QUEUE, asked=True) == 2
+    assert _sent_tasks(_broker) == ["runtime.drain_queue"]
