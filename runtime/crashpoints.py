@@ -37,6 +37,7 @@ POINTS = frozenset(
         "claim.batch_before_commit",  # a batch claim is written, not yet committed
         "drain.after_claim",  # a drainer's batch claim committed, no call made yet
         "drain.leaving",  # a drainer found its list empty, still registered
+        "handover.accepted",  # a hand-over accepted its call, not yet claimed the next one
         "report.batch_before_commit",  # a batch's acceptance is written, not yet committed
         "report.after_read",  # the general acceptance read the operation, nothing locked yet
         "resolve.before_lock",  # a resolution passed its checks, its transaction not yet begun

@@ -35,7 +35,12 @@ from runtime.leases import (
 )
 from runtime.logcontext import work_bound
 from runtime.models import Operation
-from runtime.operations import Report, operation_report, operations_report_batch
+from runtime.operations import (
+    Report,
+    operation_report,
+    operation_report_and_claim,
+    operations_report_batch,
+)
 from runtime.publish import DRAIN_QUEUE, publish
 from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
@@ -69,11 +74,12 @@ def operation_deliver(operation_id: str) -> Delivery:
 
 
 def _execute(operation_id: str, execution_id: str) -> Delivery:
-    lease = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
-    if isinstance(lease, Refusal):
-        if lease.operation_exists:
-            claim_refused_record(operation_id, execution_id, lease.reason)
-        log.debug("nothing to claim: %s", lease.reason)
+    lease = _leased(
+        operation_id,
+        execution_id,
+        contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id)),
+    )
+    if lease is None:
         return Delivery("nothing_to_claim")
     op = lease.operation
     with work_bound(op):
@@ -83,15 +89,34 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
     return Delivery(outcome, drainable=drainable, quick=quick)
 
 
+def _leased(operation_id: str, execution_id: str, claim: Lease | Refusal) -> Lease | None:
+    """The lease a claim took, or None after recording why there was nothing to claim."""
+    if isinstance(claim, Refusal):
+        if claim.operation_exists:
+            claim_refused_record(operation_id, execution_id, claim.reason)
+        log.debug("nothing to claim: %s", claim.reason)
+        return None
+    return claim
+
+
 def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
-    # Limits: a call that ignores a cancel past the grace period is ended by this worker.
+    return _report(execution_id, lease, _invoke_watched(lease))
+
+
+def _invoke_watched(lease: Lease) -> Report:
+    """Make the claimed call under a cancel watch (a call that ignores a cancel past the grace
+    period is ended by this worker: Limits)."""
     with CancelWatch(
-        operation_id=operation_id,
+        operation_id=lease.operation_id,
         lease_generation=lease.lease_generation,
         lease_token=lease.lease_token,
         state_version=lease.state_version,
     ):
-        report = _invoke(lease.operation, lease)
+        return _invoke(lease.operation, lease)
+
+
+def _report(execution_id: str, lease: Lease, report: Report) -> str:
+    operation_id = lease.operation_id
     try:
         contention_retry(
             lambda: operation_report(
@@ -169,14 +194,18 @@ def _drain(
     idle = float(settings.DRAIN_IDLE_SECONDS)
     helped = False
     idle_since: float | None = None
+    singles = _Singles(execution_id)
     try:
         while registration.registered:
             taken_at = time.monotonic()
             taken = drain_take(queue, limit)
             ids, single, left = taken.batch, taken.single, taken.singles_left
+            if ids or single is None:
+                # No call to hand over to, or quick calls first: the call made is reported now.
+                singles.settle()
             ran += _drain_batch(ids, tools, execution_id)
             if single is not None:
-                operation_execute(single)
+                singles.run(single)
                 ran += 1
             if not ids and single is None:
                 # A moment without proposals does not end the session: leaving makes the next
@@ -194,6 +223,7 @@ def _drain(
             if time.monotonic() >= stop_at:
                 # Out of time with work left: another turn for this queue, after what waits
                 # before it; it takes what is left on the lists.
+                singles.settle()
                 registration.leave()
                 _drain_again(queue)
                 return ran
@@ -214,13 +244,59 @@ def _drain(
         crash_point("drain.leaving")
         registration.leave()
         while (taken := drain_take(queue, limit)).batch or taken.single is not None:
+            if taken.batch:
+                singles.settle()
             ran += _drain_batch(taken.batch, tools, execution_id)
             if taken.single is not None:
-                operation_execute(taken.single)
+                singles.run(taken.single)
                 ran += 1
+        singles.settle()
         return ran
     finally:
         registration.leave()
+
+
+class _Singles:
+    """A drainer's calls run alone, each through the one-operation path's writers: claimed
+    under its own lease, made under its cancel watch, accepted fenced. The call just made is
+    reported when the drainer takes the next one, and its acceptance and that call's claim
+    share one transaction (operations.operation_report_and_claim): a commit per call instead of
+    two under a backlog. Nothing waits for a next call: a look at the lists that finds none, or
+    finds quick calls, reports the call at once (``settle``)."""
+
+    def __init__(self, execution_id: str) -> None:
+        self.execution_id = execution_id
+        self.pending: tuple[Lease, Report] | None = None
+
+    def run(self, operation_id: str) -> None:
+        """Claim ``operation_id`` (with the acceptance of the call made before it, if any) and
+        make the call; its report waits for the next call or ``settle``."""
+        execution_id = self.execution_id
+        with work_bound(operation_id=operation_id, execution_id=execution_id):
+            if self.pending is None:
+                claim = contention_retry(
+                    lambda: operation_claim(operation_id, execution_id=execution_id)
+                )
+            else:
+                made, report = self.pending
+                self.pending = None
+                accepted, claim = operation_report_and_claim(
+                    made, report, operation_id, execution_id=execution_id
+                )
+                if accepted is None:
+                    log.info("late result for %s rejected", made.operation_id)
+            lease = _leased(operation_id, execution_id, claim)
+            if lease is not None:
+                with work_bound(lease.operation):
+                    self.pending = (lease, _invoke_watched(lease))
+
+    def settle(self) -> None:
+        """Report the call made, alone (no next call to hand over to)."""
+        if self.pending is not None:
+            made, report = self.pending
+            self.pending = None
+            with work_bound(made.operation, execution_id=self.execution_id):
+                _report(self.execution_id, made, report)
 
 
 def _drain_batch(ids: list[str], tools: list[str], execution_id: str) -> int:

@@ -331,6 +331,34 @@ def claim_txn(
     return op
 
 
+# --- hand-over (a drainer's acceptance and next claim in one transaction) ---------------------
+
+# Both operation rows in ascending id, then their tasks in ascending id: the global lock order
+# for a transaction that accepts one operation and claims another (runtime.operations.
+# operation_report_and_claim). The writers that follow re-lock what this holds. The join reads
+# the whole locked CTE before the first task row is locked (a task row comes out of a join
+# only once the operations are all read), and the tasks are locked in the order they come out.
+_LOCK_PAIR_SQL = """
+WITH o AS MATERIALIZED (
+  SELECT id, task_id FROM runtime_operation WHERE id = ANY(%(ids)s::varchar[])
+  ORDER BY id FOR NO KEY UPDATE
+)
+SELECT t.id FROM o JOIN runtime_task t ON t.id = o.task_id
+ORDER BY t.id
+FOR NO KEY UPDATE OF t
+"""
+
+
+def lock_pair_txn(operation_ids: list[str]) -> None:
+    """Lock ``operation_ids`` and their tasks in the global order (operations in ascending id,
+    then tasks in ascending id), inside the caller's transaction: what a transaction that runs
+    two writers over different operations takes first, so neither writer locks out of order
+    (two drainers handing over across two tasks in opposite directions would deadlock)."""
+    with prepared_cursor() as cur:
+        cur.execute(_LOCK_PAIR_SQL, {"ids": operation_ids})  # type: ignore[arg-type]
+        cur.fetchall()
+
+
 # --- acceptance --------------------------------------------------------------------------------
 
 

@@ -131,7 +131,7 @@ def operation_claim(
             if not _slot_free_txn(operation_id, now):
                 return Refusal("the tool class is at its concurrency limit")
             if hotpath.enabled():
-                lease = _claim_fast_txn(
+                lease = claim_fast_txn(
                     operation_id,
                     execution_id=execution_id,
                     executor=executor,
@@ -231,10 +231,13 @@ def _supported_tools() -> list[str]:
     return [f"{a.name}:{v}" for a in adapters().values() for v in a.supported_versions]
 
 
-def _claim_fast_txn(
+def claim_fast_txn(
     operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | None:
-    """The common claim as one statement (PostgreSQL); None leaves it to the general path."""
+    """The common claim as one statement (PostgreSQL), inside the caller's transaction; None
+    leaves it to the general path (nothing written). Raises hotpath.StoppedUnderLock or
+    PausedUnderLock (the caller rolls back). No slot check: the caller has made it, or claims
+    a class without a concurrency limit."""
     token = lease_token_mint(operation_id, execution_id)
     op = hotpath.claim_txn(
         operation_id,

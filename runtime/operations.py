@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from runtime import hotpath
 from runtime.actors import Actor, execution_actor
-from runtime.admission import queue_admit_txn, queue_limited
+from runtime.admission import queue_admit_txn, queue_limited, tool_class_of
 from runtime.approval_gate import (
     MAX_APPROVAL_TIMEOUT_SECONDS,
     approval_request_txn,
@@ -47,7 +47,14 @@ from runtime.errors import (
 )
 from runtime.events import TaskRow, event_append_txn
 from runtime.hashing import params_hash
-from runtime.leases import lease_token_digest, lease_token_matches
+from runtime.leases import (
+    Lease,
+    Refusal,
+    claim_fast_txn,
+    lease_token_digest,
+    lease_token_matches,
+    operation_claim,
+)
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.plants import planted
@@ -390,14 +397,8 @@ def operation_report(
     try:
         try:
             with transaction.atomic():
-                if (
-                    hotpath.enabled()
-                    and snapshot is not None
-                    and snapshot.lease_generation == lease_generation
-                    and snapshot.state_version == state_version
-                    and snapshot.compensates_id is None
-                    # Limits: a budgeted task's settlement runs on the general path.
-                    and not hotpath.ledger_needed(task_budget(snapshot.task_id))
+                if snapshot is not None and _fast_acceptable(
+                    snapshot, lease_generation, state_version
                 ):
                     accepted = _accept_fast_txn(
                         snapshot, report, lease_token, now=now, actor=actor, rng=rng
@@ -441,6 +442,97 @@ def operation_report(
         )
         raise
     return op
+
+
+def _fast_acceptable(snapshot: Operation, lease_generation: int, state_version: int) -> bool:
+    """Whether the claim's snapshot may decide the acceptance in one statement: it is the claim
+    reported under, of a plain call (not a compensation) of a task without a ledger to settle."""
+    return (
+        hotpath.enabled()
+        and snapshot.lease_generation == lease_generation
+        and snapshot.state_version == state_version
+        and snapshot.compensates_id is None
+        # Limits: a budgeted task's settlement runs on the general path.
+        and not hotpath.ledger_needed(task_budget(snapshot.task_id))
+    )
+
+
+class _Apart(Exception):
+    """A hand-over's single transaction does not apply: it rolls back, and the acceptance and
+    the claim run in transactions of their own."""
+
+
+def operation_report_and_claim(
+    lease: Lease, report: Report, next_id: str, *, execution_id: str
+) -> tuple[Operation | None, Lease | Refusal]:
+    """A drainer's hand-over: accept ``report`` under ``lease`` and claim ``next_id``, in one
+    transaction (one commit where two would do) when both take their one-statement forms,
+    else each in its own (operation_report, then operation_claim). Either way the same rows
+    are written, by the same two writers; a difference is only how many commits carry them.
+    Returns the accepted operation (None when the report was stale: its refusal is recorded, as
+    operation_report records it) and the claim of ``next_id`` (a Refusal: nothing to claim).
+
+    The transaction locks both operations and both tasks in the global order first
+    (hotpath.lock_pair_txn), then runs the acceptance's writer and the claim's writer; a stop
+    or pause found under the task's lock, a report the one statement does not cover, or a
+    claim it does not cover rolls the whole transaction back and runs the two apart.
+
+    Preconditions: ``lease`` is this worker's claim and ``report`` what its call returned; no
+    transaction is open; ``next_id`` is a worker's call of a tool class without a concurrency
+    limit (what a drainer's list of calls run alone holds: runtime.drainers).
+    """
+    actor = execution_actor(execution_id)
+    op = lease.operation
+    if _fast_acceptable(op, lease.lease_generation, lease.state_version):
+        try:
+            return contention_retry(
+                lambda: _report_and_claim(lease, report, next_id, execution_id, actor)
+            )
+        except (_Apart, hotpath.StoppedUnderLock, hotpath.PausedUnderLock):
+            pass
+    try:
+        accepted: Operation | None = contention_retry(
+            lambda: operation_report(
+                op.pk,
+                lease_generation=lease.lease_generation,
+                lease_token=lease.lease_token,
+                state_version=lease.state_version,
+                report=report,
+                snapshot=op,
+                execution_id=execution_id,
+                actor=actor,
+            )
+        )
+    except StaleLease:
+        accepted = None
+    claimed = contention_retry(
+        lambda: operation_claim(next_id, execution_id=execution_id, actor=actor)
+    )
+    return accepted, claimed
+
+
+def _report_and_claim(
+    lease: Lease, report: Report, next_id: str, execution_id: str, actor: str
+) -> tuple[Operation, Lease]:
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        hotpath.lock_pair_txn([lease.operation.pk, next_id])
+        accepted = _accept_fast_txn(
+            lease.operation, report, lease.lease_token, now=now, actor=actor, rng=random.Random()
+        )
+        if accepted is None:
+            raise _Apart
+        crash_point("handover.accepted")
+        claimed = claim_fast_txn(
+            next_id,
+            execution_id=execution_id,
+            executor=Operation.EXECUTOR_WORKER,
+            actor=actor,
+            now=now,
+        )
+        if claimed is None or tool_class_of(claimed.operation.tool) in settings.TOOL_CONCURRENCY:
+            raise _Apart
+    return accepted, claimed
 
 
 def _report_general_txn(

@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 MODES = ("general", "fast", "batch")
 _ID = re.compile(r"\b[a-z]{2,4}_[0-9a-z]{26}\b")
 # The forms run as different agents and executions (names are unique): one placeholder each.
-_WHO = re.compile(r"(differential|worker|agent)-(general|fast|batch)")
+_WHO = re.compile(r"(differential|worker|agent)-(general|fast|batch|apart|together)")
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 
 

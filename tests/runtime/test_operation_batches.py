@@ -396,6 +396,17 @@ def test_a_burst_of_calls_that_are_not_quick_is_drained_one_at_a_time(_broker, s
     assert {op.status for op in drained} == {S.SUCCEEDED}
     tokens = {op.lease_token_digest for op in drained}
     assert len(tokens) == 2  # claimed one at a time: a batch shares one lease token
+    # The first drained call's acceptance and the second's claim share a transaction (the
+    # drainer's hand-over: runtime.operations.operation_report_and_claim).
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT operation_id, type, xmin::text FROM runtime_event WHERE operation_id = ANY(%s)",
+            [[op.pk for op in proposed]],
+        )
+        xid = {(op_id, kind): x for op_id, kind, x in cur.fetchall()}
+    first, second = proposed
+    assert xid[(first.pk, "operation.succeeded")] == xid[(second.pk, "operation.claimed")]
+    assert xid[(first.pk, "operation.claimed")] != xid[(second.pk, "operation.claimed")]
 
 
 def test_a_proposal_made_as_the_drainer_leaves_is_run_by_its_last_take(_broker):
