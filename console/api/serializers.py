@@ -8,6 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from console.api.plainparse import NotPlain, plain_form
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.budgets import MeterView
 from runtime.errors import InvalidInput
@@ -44,6 +45,8 @@ class Text(serializers.CharField):
     refused, not coerced. Not trimmed: the length checked is the length of what was sent, which
     is what the schema's maxLength promises (services normalise, then check again)."""
 
+    plain_kind = "text"  # console.api.plainparse checks it without the serializer
+
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
@@ -56,6 +59,8 @@ class Text(serializers.CharField):
 
 class Int(serializers.IntegerField):
     """A JSON integer within ``integer`` range. DRF's IntegerField also takes "5"."""
+
+    plain_kind = "int"  # console.api.plainparse checks it without the serializer
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_value", MAX_INT32)
@@ -170,6 +175,12 @@ def parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str
                 code="not_supported_yet",
                 field=name,
             )
+    plain = plain_form(serializer_class)
+    if plain is not None:
+        try:
+            return plain(data)
+        except NotPlain:
+            pass  # the serializer decides, and words its errors
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
