@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -222,13 +223,41 @@ class _HintSender:
         with self._lock:
             pending, self._pending = self._pending, {}
             self._scheduled = False
+        if not pending:
+            return
         try:
-            for task, message in pending.items():
-                await self._layer.group_send(TASK_GROUP.format(task_id=task), message)
-            if pending:
-                await self._layer.group_send(FEED_GROUP, message)
+            groups = {TASK_GROUP.format(task_id=task): m for task, m in pending.items()}
+            groups[FEED_GROUP] = next(reversed(pending.values()))  # the newest wakes the feed
+            watched = await _watched(self._layer, list(groups))
+            for group, hint in groups.items():
+                if watched is None or group in watched:
+                    await self._layer.group_send(group, hint)
         except Exception:
             log.debug("journal hint not delivered", exc_info=True)
+
+
+async def _watched(layer: Any, groups: list[str]) -> set[str] | None:
+    """Which of ``groups`` have a live member, asked in one round trip per Redis host, or None
+    when the layer cannot say (then every group is sent to). A ``group_send`` costs two round
+    trips even to a group nobody is in, and under load most tasks' groups are empty: nobody
+    has their page open. Counted as the layer counts members (those added within its
+    group_expiry), so a group left out here is one its group_send would have found empty."""
+    try:
+        key, shard, connect = layer._group_key, layer.consistent_hash, layer.connection
+        since = int(time.time()) - int(layer.group_expiry)
+    except AttributeError:
+        return None
+    by_shard: dict[int, list[str]] = {}
+    for group in groups:
+        by_shard.setdefault(shard(group), []).append(group)
+    watched: set[str] = set()
+    for index, names in by_shard.items():
+        pipe = connect(index).pipeline(transaction=False)
+        for group in names:
+            pipe.zcount(key(group), since, "+inf")
+        counts = await pipe.execute()
+        watched.update(group for group, n in zip(names, counts, strict=True) if int(n))
+    return watched
 
 
 _hints = _HintSender()
