@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runtime.cancellation import task_cancel
@@ -36,7 +37,7 @@ from tests import factories
 from tests.concurrency import in_thread, lock_waiters
 from tests.conftest import wait_for
 from tests.runtime.test_differential_paths import rows_of
-from tests.sqlcount import commits_counted
+from tests.sqlcount import commits_counted, statements
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -327,3 +328,22 @@ def test_a_worker_killed_inside_a_hand_over_leaves_neither_write_and_both_calls_
     w.last(again, _ok("next"))
     nxt.refresh_from_db()
     assert nxt.status == S.SUCCEEDED
+
+
+def test_a_hand_over_is_three_statements_in_one_commit():
+    """Pinned: the lock of both rows and both tasks, the acceptance's statement and the claim's
+    statement (the writers' one-statement forms), one BEGIN and one COMMIT."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
+    w = Worker("together")
+    lease = w.claim(made)
+    assert isinstance(lease, Lease)
+    with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
+        accepted, claim = operation_report_and_claim(
+            lease, _ok("made"), nxt.pk, execution_id=w.execution
+        )
+    assert accepted is not None and accepted.status == S.SUCCEEDED
+    assert isinstance(claim, Lease) and claim.operation_id == nxt.pk
+    assert len(statements(ctx)) == 3, statements(ctx)
+    assert commits[0] == 1
