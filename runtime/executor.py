@@ -37,7 +37,7 @@ from runtime.logcontext import work_bound
 from runtime.models import Operation
 from runtime.operations import (
     Report,
-    operation_report,
+    lease_report,
     operation_report_and_claim,
     operations_report_batch,
 )
@@ -118,17 +118,7 @@ def _invoke_watched(lease: Lease) -> Report:
 def _report(execution_id: str, lease: Lease, report: Report) -> str:
     operation_id = lease.operation_id
     try:
-        contention_retry(
-            lambda: operation_report(
-                operation_id,
-                lease_generation=lease.lease_generation,
-                lease_token=lease.lease_token,
-                state_version=lease.state_version,
-                report=report,
-                snapshot=lease.operation,
-                execution_id=execution_id,
-            )
-        )
+        lease_report(lease, report, execution_id=execution_id)
     except StaleLease:
         log.info(
             "late result for %s under generation %s rejected", operation_id, lease.lease_generation

@@ -444,6 +444,26 @@ def operation_report(
     return op
 
 
+def lease_report(
+    lease: Lease, report: Report, *, execution_id: str | None, actor: str | None = None
+) -> Operation:
+    """``operation_report`` under ``lease``, the claim the call was made under (its operation
+    is the snapshot), retried on contention. Preconditions as operation_report's; raises
+    StaleLease as it does."""
+    return contention_retry(
+        lambda: operation_report(
+            lease.operation_id,
+            lease_generation=lease.lease_generation,
+            lease_token=lease.lease_token,
+            state_version=lease.state_version,
+            report=report,
+            snapshot=lease.operation,
+            execution_id=execution_id,
+            actor=actor,
+        )
+    )
+
+
 def _fast_acceptable(snapshot: Operation, lease_generation: int, state_version: int) -> bool:
     """Whether the claim's snapshot may decide the acceptance in one statement: it is the claim
     reported under, of a plain call (not a compensation) of a task without a ledger to settle."""
@@ -491,17 +511,8 @@ def operation_report_and_claim(
         except (_Apart, hotpath.StoppedUnderLock, hotpath.PausedUnderLock):
             pass
     try:
-        accepted: Operation | None = contention_retry(
-            lambda: operation_report(
-                op.pk,
-                lease_generation=lease.lease_generation,
-                lease_token=lease.lease_token,
-                state_version=lease.state_version,
-                report=report,
-                snapshot=op,
-                execution_id=execution_id,
-                actor=actor,
-            )
+        accepted: Operation | None = lease_report(
+            lease, report, execution_id=execution_id, actor=actor
         )
     except StaleLease:
         accepted = None

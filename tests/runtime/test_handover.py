@@ -31,7 +31,7 @@ from runtime.crashpoints import crash_point_installed
 from runtime.executions import execution_for_agent
 from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Operation, OutboxMessage, Task
-from runtime.operations import Report, operation_report, operation_report_and_claim
+from runtime.operations import Report, lease_report, operation_report_and_claim
 from runtime.transitions import OperationStatus as S
 from tests import factories
 from tests.concurrency import in_thread, lock_waiters
@@ -76,15 +76,7 @@ class Worker:
 
 
 def _report(lease: Lease, report: Report, execution: str) -> Operation:
-    return operation_report(
-        lease.operation_id,
-        lease_generation=lease.lease_generation,
-        lease_token=lease.lease_token,
-        state_version=lease.state_version,
-        report=report,
-        snapshot=lease.operation,
-        execution_id=execution,
-    )
+    return lease_report(lease, report, execution_id=execution)
 
 
 def _ok(step: str) -> Report:
