@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import math
 import random
 from contextlib import nullcontext
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -83,6 +84,7 @@ from runtime.transitions import OPERATION, OperationStatus
 from runtime.waits import wait_propose
 
 S = OperationStatus
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS_CEILING = 100
 
@@ -510,6 +512,10 @@ def operation_report_and_claim(
             )
         except (_Apart, hotpath.StoppedUnderLock, hotpath.PausedUnderLock):
             pass
+        except DatabaseError:
+            # The claim's half failed and took the acceptance with it: the call made is still
+            # accepted on its own below, so its effect does not wait for a lease takeover.
+            log.warning("hand-over failed; accepting and claiming apart", exc_info=True)
     try:
         accepted: Operation | None = lease_report(
             lease, report, execution_id=execution_id, actor=actor

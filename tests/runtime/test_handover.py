@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -320,6 +320,34 @@ def test_a_worker_killed_inside_a_hand_over_leaves_neither_write_and_both_calls_
     w.last(again, _ok("next"))
     nxt.refresh_from_db()
     assert nxt.status == S.SUCCEEDED
+
+
+def test_a_hand_over_whose_claim_fails_still_accepts_the_call_made():
+    """An error in the hand-over's transaction after the acceptance (the claim's half) rolls
+    the acceptance back with it; the call made is then accepted on its own, and the next call
+    claimed, instead of the made call's effect waiting for a lease takeover."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
+    w = Worker("together")
+    lease = w.claim(made)
+    assert isinstance(lease, Lease)
+    failed: list[str] = []
+
+    def fail_once() -> None:
+        if not failed:
+            failed.append("claim")
+            raise DatabaseError("the claim's statement failed")
+
+    with crash_point_installed("handover.accepted", fail_once):
+        accepted, claim = operation_report_and_claim(
+            lease, _ok("made"), nxt.pk, execution_id=w.execution
+        )
+    assert failed == ["claim"]
+    assert accepted is not None and accepted.status == S.SUCCEEDED
+    made.refresh_from_db()
+    assert made.status == S.SUCCEEDED
+    assert isinstance(claim, Lease) and claim.operation_id == nxt.pk
 
 
 def test_a_hand_over_is_three_statements_in_one_commit():
