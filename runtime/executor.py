@@ -74,11 +74,7 @@ def operation_deliver(operation_id: str) -> Delivery:
 
 
 def _execute(operation_id: str, execution_id: str) -> Delivery:
-    lease = _leased(
-        operation_id,
-        execution_id,
-        contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id)),
-    )
+    lease = _leased(operation_id, execution_id, _claim(operation_id, execution_id))
     if lease is None:
         return Delivery("nothing_to_claim")
     op = lease.operation
@@ -87,6 +83,10 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
     quick = call_quick(op.tool, op.params)
     drainable = quick or call_drained_singly(op.tool, op.kind)
     return Delivery(outcome, drainable=drainable, quick=quick)
+
+
+def _claim(operation_id: str, execution_id: str) -> Lease | Refusal:
+    return contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
 
 
 def _leased(operation_id: str, execution_id: str, claim: Lease | Refusal) -> Lease | None:
@@ -264,9 +264,7 @@ class _Singles:
         execution_id = self.execution_id
         with work_bound(operation_id=operation_id, execution_id=execution_id):
             if self.pending is None:
-                claim = contention_retry(
-                    lambda: operation_claim(operation_id, execution_id=execution_id)
-                )
+                claim = _claim(operation_id, execution_id)
             else:
                 made, report = self.pending
                 self.pending = None

@@ -26,7 +26,7 @@ from django.core.validators import (
     ProhibitNullCharactersValidator,
 )
 from rest_framework import serializers
-from rest_framework.fields import empty
+from rest_framework.fields import _UnvalidatedField, empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 
@@ -49,18 +49,19 @@ _KNOWN_VALIDATORS = (
 )
 
 
-def _bounds(field: serializers.Field, low: str, high: str) -> tuple[Any, Any]:
-    """The field's bounds as its arguments set them (its validators are those and no others)."""
+def _rules_from_arguments(field: serializers.Field) -> None:
+    """Refuse (NotPlain: no plain form) a field with a validator its arguments did not add: a
+    rule of its own, which only the serializer runs."""
     for validator in field.validators:
         if not isinstance(validator, _KNOWN_VALIDATORS):
-            raise NotPlain  # a rule of its own: no plain form
+            raise NotPlain
         if callable(getattr(validator, "limit_value", None)):
             raise NotPlain
-    return getattr(field, low, None), getattr(field, high, None)
 
 
 def _text(field: Any) -> Check:
-    shortest, longest = _bounds(field, "min_length", "max_length")
+    _rules_from_arguments(field)
+    shortest, longest = field.min_length, field.max_length
     if field.trim_whitespace:
         raise NotPlain  # it would change the value: only the serializer does that
 
@@ -83,7 +84,8 @@ def _text(field: Any) -> Check:
 
 
 def _number(kind: type, field: Any) -> Check:
-    low, high = _bounds(field, "min_value", "max_value")
+    _rules_from_arguments(field)
+    low, high = field.min_value, field.max_value
 
     def check(value: Any) -> Any:
         if type(value) is int:
@@ -103,7 +105,7 @@ def _number(kind: type, field: Any) -> Check:
 
 
 def _choice(field: Any) -> Check:
-    _bounds(field, "", "")
+    _rules_from_arguments(field)
     choices = dict(field.choice_strings_to_values)
     if "" in choices and not field.allow_blank:
         raise NotPlain
@@ -117,9 +119,9 @@ def _choice(field: Any) -> Check:
 
 
 def _dict(field: Any) -> Check:
-    _bounds(field, "", "")
+    _rules_from_arguments(field)
     child = field.child
-    each = None if type(child).__name__ == "_UnvalidatedField" else _value_check(child)
+    each = None if type(child) is _UnvalidatedField else _value_check(child)
 
     def check(value: Any) -> Any:
         if type(value) is not dict or (not field.allow_empty and not value):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework import serializers
+from rest_framework.fields import _UnvalidatedField
 
 from console.api import serializers as s
 from console.api.plainparse import NotPlain, plain_form
@@ -61,7 +62,7 @@ def _likely(field: serializers.Field) -> st.SearchStrategy[Any]:
         )
     if isinstance(field, serializers.DictField):
         child = field.child
-        inner = _values if type(child).__name__ == "_UnvalidatedField" else _likely(child)
+        inner = _values if type(child) is _UnvalidatedField else _likely(child)
         return st.dictionaries(st.text(max_size=4), inner, max_size=3)
     return _values
 

@@ -152,25 +152,26 @@ def scenario_unknown_outcome(w: Worker, owner: factories.Principal) -> tuple[lis
     return [task], False
 
 
+def _next_task_stopped(
+    w: Worker, owner: factories.Principal, stop: Callable[[Task], Any]
+) -> tuple[list[Task], bool]:
+    first, second = factories.task(owner, name="first"), factories.task(owner, name="second")
+    ops = [_op(owner, first, "a"), _op(owner, second, "next")]
+    stop(second)
+    claims = _chain(w, ops, [_ok("a"), _ok("next")])
+    assert isinstance(claims[-1], Refusal)
+    return [first, second], False
+
+
 def scenario_next_paused(w: Worker, owner: factories.Principal) -> tuple[list[Task], bool]:
     """The next call's task is paused: its claim is refused (and recorded), the report is
     accepted."""
-    first, second = factories.task(owner, name="first"), factories.task(owner, name="second")
-    ops = [_op(owner, first, "a"), _op(owner, second, "held")]
-    task_pause(owner.actor, second.pk, reason="hold on")
-    claims = _chain(w, ops, [_ok("a"), _ok("held")])
-    assert isinstance(claims[-1], Refusal)
-    return [first, second], False
+    return _next_task_stopped(w, owner, lambda t: task_pause(owner.actor, t.pk, reason="wait"))
 
 
 def scenario_next_cancelled(w: Worker, owner: factories.Principal) -> tuple[list[Task], bool]:
     """The next call's task was cancelled: the claim settles it for the stop."""
-    first, second = factories.task(owner, name="first"), factories.task(owner, name="second")
-    ops = [_op(owner, first, "a"), _op(owner, second, "dropped")]
-    task_cancel(owner.actor, second.pk, reason="changed my mind")
-    claims = _chain(w, ops, [_ok("a"), _ok("dropped")])
-    assert isinstance(claims[-1], Refusal)
-    return [first, second], False
+    return _next_task_stopped(w, owner, lambda t: task_cancel(owner.actor, t.pk, reason="no"))
 
 
 def scenario_stopped_while_running(w: Worker, owner: factories.Principal):
