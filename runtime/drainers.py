@@ -58,8 +58,20 @@ if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') > 0 then
 end
 return 0
 """
+# The same look, and when no drainer takes the call, its Celery message pushed where the Redis
+# transport would push it (runtime.publish.message_now): one round trip either way.
+# KEYS: the drainer set, the drain list, the broker's queue list; ARGV: now, the operation id,
+# the message, whether a drainer may take the call ('1' or '').
+_ANNOUNCE_OR_PUSH = """
+if ARGV[4] == '1' and redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') > 0 then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  return 1
+end
+redis.call('LPUSH', KEYS[3], ARGV[3])
+return 2
+"""
 _clients: dict[int, Any] = {}
-_scripts: dict[int, Any] = {}
+_scripts: dict[tuple[int, str], Any] = {}
 
 
 def draining_enabled() -> bool:
@@ -131,14 +143,15 @@ def _redis() -> Any:
     return client
 
 
-def _announce_script() -> Any:
-    """The announce script, sent by its digest (EVALSHA; redis-py loads it again should the
+def _script(source: str) -> Any:
+    """A script of this module, sent by its digest (EVALSHA; redis-py loads it again should the
     server have lost it)."""
     client = _redis()
-    script = _scripts.get(id(client))
+    script = _scripts.get((id(client), source))
     if script is None:
-        _scripts.clear()
-        script = _scripts[id(client)] = client.register_script(_ANNOUNCE)
+        if any(key[0] != id(client) for key in _scripts):
+            _scripts.clear()
+        script = _scripts[(id(client), source)] = client.register_script(source)
     return script
 
 
@@ -149,10 +162,31 @@ def drain_announce(queue: str, operation_id: str, *, single: bool = False) -> bo
     try:
         key = _KEY.format(queue=queue)
         items = (_SINGLES if single else _LIST).format(queue=queue)
-        return bool(_announce_script()(keys=[key, items], args=[time.time(), operation_id]))
+        return bool(_script(_ANNOUNCE)(keys=[key, items], args=[time.time(), operation_id]))
     except Exception:
         log.warning("drainer registry unreachable; publishing", exc_info=True)
         return False
+
+
+def announce_or_push(
+    operation_id: str, message: tuple[str, bytes], *, drain: str | None, single: bool = False
+) -> str | None:
+    """After the proposal's commit, in one round trip: leave the call to ``drain``'s drainer
+    (the queue's, when a drainer may take it) if one is registered, as drain_announce does
+    ("drained"), else push ``message`` (runtime.publish.message_now: its broker list and
+    bytes; "pushed"). None when Redis failed: the caller publishes through Celery, whose
+    failure the sweeper covers."""
+    queue, payload = message
+    drained = drain or queue
+    try:
+        key = _KEY.format(queue=drained)
+        items = (_SINGLES if single else _LIST).format(queue=drained)
+        args = [time.time(), operation_id, payload, "1" if drain else ""]
+        way = _script(_ANNOUNCE_OR_PUSH)(keys=[key, items, queue], args=args)
+    except Exception:
+        log.warning("broker unreachable; publishing through Celery", exc_info=True)
+        return None
+    return "drained" if int(way) == 1 else "pushed"
 
 
 @dataclass(frozen=True)

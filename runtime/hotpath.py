@@ -45,11 +45,18 @@ from psycopg.types.json import Jsonb
 
 from runtime.budgets import budget_remember
 from runtime.db import prepared_cursor, refusal_code
-from runtime.drainers import call_drained_singly, call_quick, drain_announce, queue_of
+from runtime.drainers import (
+    announce_or_push,
+    call_drained_singly,
+    call_quick,
+    drain_announce,
+    queue_of,
+)
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.plants import planted
+from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.statemachine import status_deltas
 from runtime.stoprule import not_stopping_sql, stopping
 from runtime.tasks import admission_refusal_sql, admission_refused
@@ -170,24 +177,31 @@ def _announcement(
 
 def _publish_after_commit(
     outbox_id: int | None,
-    operation_id: str,
+    op: Operation,
     available_at: datetime,
     now: datetime,
     *,
-    drain_queue: str | None = None,
+    drained: bool = False,
     single: bool = False,
 ) -> None:
     """Hand the outbox row the statement wrote to the relay once it commits; a call a drainer
-    may take (``drain_queue``: in a batch, or ``single``, one at a time) goes to its queue's
+    may take (``drained``: in a batch, or ``single``, one at a time) goes to its queue's
     drainer instead when one is registered, asked after the commit (the order
-    runtime.drainers depends on)."""
+    runtime.drainers depends on). A call due now is announced in one round trip: the drainers'
+    look and, failing that, its message's push are one script (drainers.announce_or_push)."""
     if outbox_id is None:
         return
+    queue = queue_of(op.tool)
 
     def publish() -> None:
-        if drain_queue is not None and drain_announce(drain_queue, operation_id, single=single):
+        if available_at <= now:
+            message = message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue)
+            drain = queue if drained else None
+            if message is not None and announce_or_push(op.pk, message, drain=drain, single=single):
+                return
+        if drained and drain_announce(queue, op.pk, single=single):
             return
-        outbox_publish([_announcement(outbox_id, operation_id, available_at, now)])
+        outbox_publish([_announcement(outbox_id, op.pk, available_at, now)])
 
     transaction.on_commit(publish)
 
@@ -459,7 +473,7 @@ def accept_txn(
     if _stopping(task):
         raise StoppedUnderLock
     _hint_after_commit(task, f"operation.{acceptance.edge}")
-    _publish_after_commit(row[len(_TASK_NAMES)], op.pk, acceptance.next_attempt_at or now, now)
+    _publish_after_commit(row[len(_TASK_NAMES)], op, acceptance.next_attempt_at or now, now)
     return task
 
 
@@ -555,12 +569,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     op.created_at = op.updated_at = now
     _hint_after_commit(task, "operation.proposed")
     _publish_after_commit(
-        row[len(_TASK_NAMES)],
-        op.pk,
-        now,
-        now,
-        drain_queue=queue_of(op.tool) if quick or single else None,
-        single=single,
+        row[len(_TASK_NAMES)], op, now, now, drained=quick or single, single=single
     )
     return task
 

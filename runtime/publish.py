@@ -7,10 +7,15 @@ that each name here is a registered task."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 from typing import Any
 
 from celery import current_app
+from celery.utils import uuid
 from django.conf import settings
+from kombu.serialization import dumps
 
 EXECUTE_OPERATION = "runtime.execute_operation"
 DRAIN_QUEUE = "runtime.drain_queue"
@@ -30,3 +35,75 @@ def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = N
     current_app.send_task(
         name, args=args, countdown=countdown or None, queue=queue, declare=declare
     )
+
+
+def message_now(name: str, *args: Any, queue: str | None = None) -> tuple[str, bytes] | None:
+    """The broker list and the bytes ``publish(name, *args, queue=queue)`` would push, for a
+    caller that pushes them itself (in one round trip with a look at the drainers:
+    runtime.drainers.announce_or_push): one ``LPUSH`` onto the list named after the queue.
+    None where that shape does not hold (the embedded broker, a broker other than REDIS_URL,
+    transport options that rename lists, a queue not of Celery's default kind): then
+    ``publish``. A test compares these bytes with what ``publish`` pushes."""
+    if settings.EMBEDDED_BROKER or settings.CELERY_BROKER_URL != settings.REDIS_URL:
+        return None
+    app = current_app
+    queue = queue or app.conf.task_default_queue
+    key = (name, queue, app.thread_oid, os.getpid())
+    template = _templates.get(key)
+    if template is None:
+        template = _template(name, queue)
+        if template is None:
+            return None
+        if len(_templates) > 256:  # threads come and go; a template is cheap to build again
+            _templates.clear()
+        _templates[key] = template
+    headers, properties, embed, envelope = template
+    task_id = uuid()
+    body = json.dumps([list(args), {}, embed]).encode()
+    message = {
+        **envelope,
+        "body": base64.b64encode(body).decode(),
+        # argsrepr as Celery's saferepr writes it for ids and numbers (the test compares them).
+        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+        "properties": {**properties, "correlation_id": task_id, "delivery_tag": uuid()},
+    }
+    return queue, json.dumps(message).encode()
+
+
+# What stays the same in every message of one task name, queue, thread (its reply_to) and
+# process (its origin): built once by Celery, then only the ids and arguments change.
+_templates: dict[tuple[str, str, str, int], tuple[dict[str, Any], ...]] = {}
+
+
+def _template(name: str, queue: str) -> tuple[dict[str, Any], ...] | None:
+    """Celery's task message (``as_task_v2``, as ``send_task`` builds it) in the envelope of
+    kombu's Redis transport for a queue of Celery's default kind: a direct exchange named after
+    the queue, sent on the anonymous exchange, at priority 0."""
+    app = current_app
+    if set(app.conf.broker_transport_options or {}) - {"visibility_timeout"}:
+        return None
+    declared = app.amqp.queues.get(queue)
+    if declared is None or declared.exchange.type != "direct":
+        return None
+    headers, properties, body, _ = app.amqp.as_task_v2(
+        "",
+        name,
+        (),
+        None,
+        reply_to=app.thread_oid,
+        ignore_result=None,  # type: ignore[arg-type]  # what send_task passes (null header)
+        kwargsrepr="{}",
+    )
+    content_type, encoding, _ = dumps(body, serializer=app.conf.task_serializer)
+    envelope = {
+        "content-encoding": encoding,
+        "content-type": content_type,
+    }
+    properties = {
+        **properties,
+        "delivery_mode": declared.exchange.delivery_mode or 2,
+        "delivery_info": {"exchange": "", "routing_key": queue},
+        "priority": 0,
+        "body_encoding": "base64",
+    }
+    return headers, properties, body[2], envelope

@@ -1,0 +1,185 @@
+"""A proposal's call is announced in one Redis round trip (runtime.drainers.announce_or_push):
+one script leaves it to a registered drainer or pushes its Celery message onto the queue's
+list. The message is built by hand from Celery's own parts (runtime.publish.message_now), so
+it is pinned here to what Celery's ``send_task`` pushes; where that shape does not hold, or
+Redis fails, the call goes through Celery as before."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from runtime import drainers, outbox
+from runtime.admission import tool_class_of
+from runtime.drainers import Registration, queue_of
+from runtime.models import OutboxMessage
+from runtime.operations import OperationSpec, operation_propose
+from runtime.publish import EXECUTE_OPERATION, message_now, publish
+from tests import factories
+
+QUEUE = settings.CELERY_QUEUE
+KEYS = (QUEUE, f"drainers:{QUEUE}", f"drain:{QUEUE}", f"drain1:{QUEUE}")
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(str(settings.REDIS_URL))
+    client.delete(*KEYS)
+    yield client
+    client.delete(*KEYS)
+
+
+def _ids_apart(raw: bytes) -> tuple[dict[str, Any], list[str]]:
+    """The message with its per-message ids taken out (the task id three times, the delivery
+    tag), and those ids."""
+    message = json.loads(raw)
+    headers, properties = message["headers"], message["properties"]
+    ids = [headers.pop("id"), headers.pop("root_id"), properties.pop("correlation_id")]
+    ids.append(properties.pop("delivery_tag"))
+    return message, ids
+
+
+@pytest.mark.postgres
+def test_the_message_built_by_hand_is_the_one_celery_publishes(broker):
+    publish(EXECUTE_OPERATION, "op_pinned", 7)
+    celery_message, celery_ids = _ids_apart(broker.rpop(QUEUE))
+    built = message_now(EXECUTE_OPERATION, "op_pinned", 7)
+    assert built is not None
+    queue, raw = built
+    assert queue == QUEUE  # the list Celery pushed onto
+    message, ids = _ids_apart(raw)
+    assert message == celery_message
+    # One task id in the three places Celery puts it; a fresh delivery tag.
+    assert ids[0] == ids[1] == ids[2] != ids[3]
+    assert celery_ids[0] == celery_ids[1] == celery_ids[2] != celery_ids[3]
+    # The next message (from the same template) has ids of its own and its own arguments.
+    again = message_now(EXECUTE_OPERATION, "op_next", 8)
+    assert again is not None
+    next_message, next_ids = _ids_apart(again[1])
+    assert set(next_ids).isdisjoint(ids)
+    assert next_message["headers"]["argsrepr"] == "('op_next', 8)"
+    assert json.loads(base64.b64decode(next_message["body"]))[0] == ["op_next", 8]
+
+
+@pytest.mark.postgres
+def test_the_message_is_left_to_celery_where_its_shape_is_not_the_default(settings):
+    assert message_now(EXECUTE_OPERATION, "op", 1, queue="no-such-queue") is None
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/15"  # not the REDIS_URL we push on
+    assert message_now(EXECUTE_OPERATION, "op", 1) is None
+
+
+def test_the_embedded_broker_takes_no_message_built_by_hand(settings):
+    settings.EMBEDDED_BROKER = True
+    assert message_now(EXECUTE_OPERATION, "op", 1) is None
+
+
+@pytest.fixture
+def round_trips(monkeypatch) -> list[str]:
+    """The Redis commands this process sends, one per round trip (no pipeline is expected)."""
+    sent: list[str] = []
+    real = redis.Redis.execute_command
+
+    def counted(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return real(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", counted)
+    return sent
+
+
+@pytest.fixture
+def no_celery(monkeypatch) -> list[str]:
+    """Celery's own publish, recorded (it should not be reached)."""
+    called: list[str] = []
+    monkeypatch.setattr(outbox, "publish", lambda name, *args, **kw: called.append(args[0]))
+    return called
+
+
+def _propose(owner: factories.Principal, task: Any, step: str, tool: str = "demo.slow") -> str:
+    op, _ = operation_propose(
+        owner.actor, task.pk, OperationSpec(tool=tool, step=step, params={"seconds": 0})
+    )
+    return op.pk
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_proposal_over_rest_is_announced_in_one_round_trip(broker, round_trips, no_celery):
+    owner = factories.agent()
+    task = factories.task(owner)
+    client = owner.client()
+    assert client.get(f"/api/v1/tasks/{task.pk}").status_code == 200
+    round_trips.clear()
+    response = client.post(
+        f"/api/v1/tasks/{task.pk}/operations",
+        {"tool": "demo.slow", "step": "s", "params": {"seconds": 0}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k1",
+    )
+    assert response.status_code == 201, response.content
+    assert [c for c in round_trips if c != "PUBLISH"] == ["EVALSHA"]
+    assert no_celery == []
+    # What was pushed is the operation's Celery message, with its outbox row.
+    body = json.loads(broker.rpop(QUEUE))["body"]
+    args = json.loads(base64.b64decode(body))[0]
+    op_id = response.json()["id"]
+    assert args == [op_id, OutboxMessage.objects.get(operation_id=op_id).pk]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_a_drainer_registered_the_same_round_trip_leaves_the_call_to_it(
+    broker, round_trips, no_celery
+):
+    owner = factories.agent()
+    task = factories.task(owner)
+    registration = Registration(queue_of("demo.slow"))
+    assert registration.renew()
+    try:
+        round_trips.clear()
+        alone = _propose(owner, task, "alone")
+        quick = _propose(owner, task, "quick", tool="demo.echo")
+        assert [c for c in round_trips if c != "PUBLISH"] == ["EVALSHA", "EVALSHA"]
+    finally:
+        registration.leave()
+    assert broker.lrange(f"drain1:{QUEUE}", 0, -1) == [alone.encode()]
+    assert broker.lrange(f"drain:{QUEUE}", 0, -1) == [quick.encode()]
+    assert broker.llen(QUEUE) == 0 and no_celery == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_call_no_drainer_may_take_is_pushed_even_while_one_is_registered(
+    broker, no_celery, settings
+):
+    settings.TOOL_CONCURRENCY = {**settings.TOOL_CONCURRENCY, tool_class_of("demo.slow"): 5}
+    owner = factories.agent()
+    task = factories.task(owner)
+    registration = Registration(QUEUE)
+    assert registration.renew()
+    try:
+        op_id = _propose(owner, task, "limited")
+    finally:
+        registration.leave()
+    assert broker.llen(f"drain1:{QUEUE}") == 0
+    assert json.loads(broker.rpop(QUEUE))["headers"]["argsrepr"].startswith(f"('{op_id}'")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_when_the_script_fails_the_call_goes_through_celery(broker, monkeypatch):
+    def unreachable(source: str) -> Any:
+        raise redis.ConnectionError("down")
+
+    monkeypatch.setattr(drainers, "_script", unreachable)
+    owner = factories.agent()
+    task = factories.task(owner)
+    op_id = _propose(owner, task, "through-celery")
+    message = json.loads(broker.rpop(QUEUE))
+    assert message["headers"]["argsrepr"].startswith(f"('{op_id}'")
