@@ -115,6 +115,8 @@ def database_pooled(database: dict[str, Any], max_size: int) -> None:
     if max_size <= 0 or database.get("ENGINE") != "django.db.backends.postgresql":
         return
     database["CONN_MAX_AGE"] = 0  # Django's pool and persistent connections do not mix
+    # Django's PostgreSQL backend, its pool checking a connection by its socket, not a query.
+    database["ENGINE"] = "console.pgpool"
     database["OPTIONS"] = {
         **database.get("OPTIONS", {}),
         "application_name": "agent-console-web",

@@ -295,7 +295,7 @@ def test_a_server_worker_process_pools_its_connections():
     show = (
         "import django; django.setup(); from django.conf import settings; "
         "d = settings.DATABASES['default']; "
-        "print(d['CONN_MAX_AGE'], d['OPTIONS'].get('pool', {}).get('max_size'))"
+        "print(d['ENGINE'], d['CONN_MAX_AGE'], d['OPTIONS'].get('pool', {}).get('max_size'))"
     )
 
     def loaded(**env: str) -> str:
@@ -308,7 +308,9 @@ def test_a_server_worker_process_pools_its_connections():
             timeout=60,
             check=True,
         )
-        return done.stdout.split()[-2] + " " + done.stdout.split()[-1]
+        return " ".join(done.stdout.split()[-3:])
 
-    assert loaded(CONSOLE_WEB_SERVER="1", DB_POOL_MAX="7") == "0 7"
-    assert loaded() == "0 None"  # service_env's CONN_MAX_AGE=0; no pool
+    # The pool checks a connection by its socket (console.pgpool).
+    assert loaded(CONSOLE_WEB_SERVER="1", DB_POOL_MAX="7") == "console.pgpool 0 7"
+    # service_env's CONN_MAX_AGE=0; no pool
+    assert loaded() == "django.db.backends.postgresql 0 None"
