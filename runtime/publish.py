@@ -82,6 +82,8 @@ def _template(name: str, queue: str) -> tuple[dict[str, Any], ...] | None:
     app = current_app
     if set(app.conf.broker_transport_options or {}) - {"visibility_timeout"}:
         return None
+    if app.conf.task_default_priority or app.conf.task_queue_max_priority:
+        return None  # kombu would push onto a priority's own list
     declared = app.amqp.queues.get(queue)
     if declared is None or declared.exchange.type != "direct":
         return None

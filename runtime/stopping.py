@@ -127,6 +127,7 @@ class CancelWatch:
         self._terminate = terminate or _terminate_this_process
         self.next_at = 0.0  # monotonic time of the next look (set on entry)
         self.seen_at: float | None = None
+        self.left = False  # the call's block was left: nothing more is done for it
 
     def __enter__(self) -> CancelWatch:
         _watcher().begin(self)
@@ -184,8 +185,14 @@ class _Watcher:
             self._changed.notify()
 
     def end(self, watch: CancelWatch) -> None:
-        with self._lock:
-            self._watches.discard(watch)
+        # Marked first: no act starts for it from now on, even if the lock is not had in time
+        # (a look stuck in the database: the call's thread goes on after 5 s, as the join did).
+        watch.left = True
+        if self._lock.acquire(timeout=5):
+            try:
+                self._watches.discard(watch)
+            finally:
+                self._lock.release()
 
     def _run(self) -> None:
         used = False  # whether this thread holds database connections to close
@@ -196,6 +203,9 @@ class _Watcher:
                         connections.close_all()
                         used = False
                     self._changed.wait()
+                    continue
+                self._watches -= {w for w in self._watches if w.left}
+                if not self._watches:
                     continue
                 watch = min(self._watches, key=lambda w: w.next_at)
                 wait = watch.next_at - time.monotonic()

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import redis
+from celery import current_app
 from django.conf import settings
 
 from runtime import drainers, outbox
+from runtime import publish as publish_module
 from runtime.admission import tool_class_of
 from runtime.drainers import Registration, queue_of
 from runtime.models import OutboxMessage
@@ -68,8 +70,12 @@ def test_the_message_built_by_hand_is_the_one_celery_publishes(broker):
 
 
 @pytest.mark.postgres
-def test_the_message_is_left_to_celery_where_its_shape_is_not_the_default(settings):
+def test_the_message_is_left_to_celery_where_its_shape_is_not_the_default(settings, monkeypatch):
     assert message_now(EXECUTE_OPERATION, "op", 1, queue="no-such-queue") is None
+    # A default priority: kombu would push onto that priority's own list.
+    monkeypatch.setattr(publish_module, "_templates", {})
+    monkeypatch.setitem(current_app.conf, "task_default_priority", 3)
+    assert message_now(EXECUTE_OPERATION, "op", 1) is None
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/15"  # not the REDIS_URL we push on
     assert message_now(EXECUTE_OPERATION, "op", 1) is None
 
