@@ -86,6 +86,16 @@ def contention_retry(fn: Callable[[], T], *, attempts: int = 3) -> T:
     raise AssertionError("unreachable")
 
 
+def entry_transaction_only() -> bool:
+    """Whether the open transaction is an entry point's own (``atomic(durable=True)``) with no
+    block inside it. A service whose first write is one statement that may refuse itself needs
+    no savepoint there: the refusal goes back to the entry point, which has nothing of the
+    service's to keep and rolls back (``needs_rollback``: Django's atomic without a savepoint),
+    where a savepoint would cost two round trips on every call that was not refused."""
+    blocks = getattr(connection, "atomic_blocks", [])
+    return len(blocks) == 1 and bool(getattr(blocks[0], "durable", False))
+
+
 # The SQLSTATE of ``runtime_refuse(code)`` (migration 0012): a statement that refused itself.
 REFUSED_SQLSTATE = "RT409"
 

@@ -206,9 +206,6 @@ def _publish_after_commit(
     transaction.on_commit(publish)
 
 
-ATTEMPT_MOVED = "attempt_changed"
-
-
 class AttemptMoved(Exception):
     """A new attempt of the task committed between the proposal's read of the task and its lock
     of the task row: nothing was written; the caller proposes again under the new attempt."""
@@ -485,8 +482,7 @@ def accept_txn(
 # caller derived the key from (a new attempt committed meanwhile): the caller proposes again.
 _PROPOSE_SQL = f"""
 WITH cur AS (
-  SELECT CASE WHEN t.current_attempt_id = %(attempt_id)s THEN t.current_attempt_id
-    WHEN runtime_refuse('{ATTEMPT_MOVED}') THEN NULL END AS attempt_id
+  SELECT t.current_attempt_id = %(attempt_id)s AS same
   FROM runtime_task t WHERE t.id = %(task_id)s FOR NO KEY UPDATE
 ), op AS (
   INSERT INTO runtime_operation (
@@ -494,11 +490,12 @@ WITH cur AS (
     idempotency_key, executor, status, state_version, lease_generation, lease_token_digest,
     attempts_used, max_attempts, deadline, cancel_requested, estimate, signal, timeout_seconds,
     status_reason, approval_required, created_at, updated_at)
-  VALUES (
-    %(id)s, %(task_id)s, (SELECT attempt_id FROM cur), %(kind)s, %(tool)s, %(tool_version)s,
+  SELECT
+    %(id)s, %(task_id)s, %(attempt_id)s, %(kind)s, %(tool)s, %(tool_version)s,
     %(step)s, %(intent_version)s, %(params)s, %(params_hash)s, %(key)s, %(executor)s,
     '{S.PENDING}', 1, 0, '', 0, %(max_attempts)s, %(deadline)s, false, %(estimate)s,
-    %(signal)s, %(timeout_seconds)s, '', false, %(now)s, %(now)s)
+    %(signal)s, %(timeout_seconds)s, '', false, %(now)s, %(now)s
+  FROM cur WHERE cur.same
   ON CONFLICT ON CONSTRAINT operation_key_unique_per_task DO NOTHING
   RETURNING id, task_id, state_version
 ), task AS ({_TASK_TOUCH}
@@ -508,6 +505,8 @@ WITH cur AS (
 SELECT {", ".join("task." + c for c in _TASK_NAMES)}, (SELECT id FROM announce),
   {admission_refusal_sql("task", "%(now)s")}
 FROM op, task
+UNION ALL
+SELECT {", ".join("NULL" for _ in _TASK_NAMES)}, NULL, NULL FROM cur WHERE cur.same IS NOT TRUE
 """  # noqa: S608
 
 
@@ -516,9 +515,10 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     worker-run work, its outbox row, in one statement, which checks admission on the task row
     it locked (tasks.ADMISSION_REFUSALS) and fails, writing nothing, when the task refuses:
     TaskRefused; AttemptMoved when the task's current attempt is no longer ``op.attempt_id``
-    under the lock. None when an operation with the same key exists already (nothing written: the
-    caller compares parameter hashes). Runs inside the caller's transaction, or as its own
-    (autocommit); its announcement goes out after that commit."""
+    under the lock (the statement wrote nothing but did not fail). None when an operation with
+    the same key exists already (nothing written: the caller compares parameter hashes). Runs
+    inside the caller's transaction, or as its own (autocommit); its announcement goes out after
+    that commit."""
     announce = op.executor == Operation.EXECUTOR_WORKER
     # A call goes to its queue's drainer when one is registered (runtime.drainers): a quick one
     # to be claimed in a batch, another to be run one at a time.
@@ -559,11 +559,13 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
         code = refusal_code(exc)
         if code is None:
             raise
-        if code == ATTEMPT_MOVED:
-            raise AttemptMoved from None
         raise admission_refused(code) from None
     if row is None:
         return None
+    if row[0] is None:
+        # The attempt moved: the statement wrote nothing and did not fail, so the caller's
+        # transaction stays usable for the proposal made again under the new attempt.
+        raise AttemptMoved
     task = _task_row(row[: len(_TASK_NAMES)])
     op.state_version = 1
     op.created_at = op.updated_at = now

@@ -37,7 +37,7 @@ from runtime.budgets import (
 )
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
-from runtime.db import contention_retry
+from runtime.db import contention_retry, entry_transaction_only
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -207,11 +207,22 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
         # savepoint, so a refusal leaves that transaction usable. (A task with a budget declines
         # to the general path, whose guarded meter UPDATEs hold the estimate in the same
         # transaction.)
+        # Directly inside an entry point's transaction (a request with an Idempotency-Key) a
+        # refusal ends that transaction, so no savepoint (db.entry_transaction_only).
         own = connection.in_atomic_block or queue_limited(spec.tool)
-        with transaction.atomic() if own else nullcontext():
+        savepoint = not entry_transaction_only()
+        moved = False
+        with transaction.atomic(savepoint=savepoint) if own else nullcontext():
             # Limits: a tool class at its queue capacity refuses before anything is written.
             queue_admit_txn(spec.tool)
-            row = hotpath.propose_txn(op, actor=actor.label, now=now)
+            try:
+                row = hotpath.propose_txn(op, actor=actor.label, now=now)
+            except hotpath.AttemptMoved:
+                # Raised once the block is left: it wrote nothing and failed no statement, and
+                # raised through a block without a savepoint it would doom the transaction.
+                moved = True
+        if moved:
+            raise hotpath.AttemptMoved
         if row is not None:
             return op, True
     else:

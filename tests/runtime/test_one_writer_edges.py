@@ -278,12 +278,14 @@ def test_a_childs_overrun_lands_in_its_parent_as_it_completes_and_blocks_admissi
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", ["statement", "general"])
+@pytest.mark.parametrize("path", ["statement", "general", "rest"])
 def test_a_proposal_racing_a_new_attempt_lands_in_the_new_attempt(path, settings):
     """A new attempt holds the task row (written, not committed); a proposal read the task before
     it and waits for that row. It must land in the new attempt, with that attempt's key and
     ledger: before, it landed in the ended attempt (whose ledger, shrunk to what it committed,
-    refused the estimate with ``budget_exhausted``)."""
+    refused the estimate with ``budget_exhausted``). Over REST with an Idempotency-Key the
+    statement runs in the request's transaction without a savepoint: the one that found the
+    attempt moved wrote nothing and failed nothing, so the same transaction proposes again."""
     settings.HOTPATH = True
     owner = factories.agent()
     budget = {"cost_cents": 1000} if path == "general" else {}
@@ -292,6 +294,15 @@ def test_a_proposal_racing_a_new_attempt_lands_in_the_new_attempt(path, settings
     estimate = {"cost_cents": 100} if path == "general" else {}
 
     def propose() -> Operation:
+        if path == "rest":
+            response = owner.client().post(
+                f"/api/v1/tasks/{task.pk}/operations",
+                {"tool": "demo.echo", "step": "s", "executor": "agent", "params": {}},
+                format="json",
+                HTTP_IDEMPOTENCY_KEY="race",
+            )
+            assert response.status_code == 201, response.content
+            return Operation.objects.get(pk=response.json()["id"])
         return factories.operation(owner, task, step="s", executor="agent", estimate=estimate)
 
     with gate_at("attempt.before_commit", "attempt") as gate:
