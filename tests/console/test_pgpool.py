@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection
+from psycopg_pool import ConnectionPool
 
 from console.pgpool.base import DatabaseWrapper, socket_check
 from tests.conftest import wait_for
@@ -19,8 +20,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def wrapper() -> Iterator[DatabaseWrapper]:
-    """The engine as settings.database_pooled configures it, on the test database."""
+def pool() -> Iterator[ConnectionPool[Any]]:
+    """The engine's pool as settings.database_pooled configures it, on the test database,
+    opened."""
     settings_dict = {
         **connection.settings_dict,
         "ENGINE": "console.pgpool",
@@ -29,7 +31,10 @@ def wrapper() -> Iterator[DatabaseWrapper]:
     }
     db = DatabaseWrapper(settings_dict, alias="pgpool-test")
     try:
-        yield db
+        opened = db.pool
+        assert opened is not None
+        opened.open(wait=True)
+        yield opened
     finally:
         db.close_pool()
 
@@ -57,10 +62,7 @@ def _ended_by_the_server(conn: psycopg.Connection[Any]) -> None:
     )
 
 
-def test_a_live_idle_connection_is_handed_out_without_a_round_trip(wrapper):
-    pool = wrapper.pool
-    assert pool is not None
-    pool.open(wait=True)
+def test_a_live_idle_connection_is_handed_out_without_a_round_trip(pool):
     with pool.connection() as conn:
         pid = conn.info.backend_pid
     sent = _sent(conn)
@@ -70,10 +72,7 @@ def test_a_live_idle_connection_is_handed_out_without_a_round_trip(wrapper):
     assert sent == ["SELECT 1"]  # the check itself sent nothing
 
 
-def test_a_connection_the_server_ended_fails_the_check_and_is_replaced(wrapper):
-    pool = wrapper.pool
-    assert pool is not None
-    pool.open(wait=True)
+def test_a_connection_the_server_ended_fails_the_check_and_is_replaced(pool):
     with pool.connection() as conn:
         ended = conn.info.backend_pid
     _ended_by_the_server(conn)
