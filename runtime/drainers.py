@@ -169,19 +169,18 @@ def drain_announce(queue: str, operation_id: str, *, single: bool = False) -> bo
 
 
 def announce_or_push(
-    operation_id: str, message: tuple[str, bytes], *, drain: str | None, single: bool = False
+    operation_id: str, message: tuple[str, bytes], *, drained: bool, single: bool = False
 ) -> str | None:
-    """After the proposal's commit, in one round trip: leave the call to ``drain``'s drainer
-    (the queue's, when a drainer may take it) if one is registered, as drain_announce does
-    ("drained"), else push ``message`` (runtime.publish.message_now: its broker list and
-    bytes; "pushed"). None when Redis failed: the caller publishes through Celery, whose
-    failure the sweeper covers."""
+    """After the proposal's commit, in one round trip: leave the call to its queue's drainer
+    (when ``drained``: a drainer may take it) if one is registered, as drain_announce does
+    ("drained"), else push ``message`` (runtime.publish.message_now: its broker list, the
+    queue's, and its bytes; "pushed"). None when Redis failed: the caller publishes through
+    Celery, whose failure the sweeper covers."""
     queue, payload = message
-    drained = drain or queue
     try:
-        key = _KEY.format(queue=drained)
-        items = (_SINGLES if single else _LIST).format(queue=drained)
-        args = [time.time(), operation_id, payload, "1" if drain else ""]
+        key = _KEY.format(queue=queue)
+        items = (_SINGLES if single else _LIST).format(queue=queue)
+        args = [time.time(), operation_id, payload, "1" if drained else ""]
         way = _script(_ANNOUNCE_OR_PUSH)(keys=[key, items, queue], args=args)
     except Exception:
         log.warning("broker unreachable; publishing through Celery", exc_info=True)

@@ -194,13 +194,15 @@ def _publish_after_commit(
     queue = queue_of(op.tool)
 
     def publish() -> None:
-        if available_at <= now:
-            message = message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue)
-            drain = queue if drained else None
-            if message is not None and announce_or_push(op.pk, message, drain=drain, single=single):
+        due = available_at <= now
+        message = message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue) if due else None
+        if message is None:
+            if drained and drain_announce(queue, op.pk, single=single):
                 return
-        if drained and drain_announce(queue, op.pk, single=single):
+        elif announce_or_push(op.pk, message, drained=drained, single=single) is not None:
             return
+        # Redis failed the script (not asked again), or no drainer took the call: Celery's
+        # publish, whose failure the sweeper covers.
         outbox_publish([_announcement(outbox_id, op.pk, available_at, now)])
 
     transaction.on_commit(publish)
@@ -478,8 +480,9 @@ def accept_txn(
 
 # The proposal binds to the attempt read under the task's lock: ``cur`` locks the task row first
 # (the new operation row is invisible to everyone else, so no lock order is at stake) and, read
-# under that lock, refuses the statement when the current attempt is no longer the one the
-# caller derived the key from (a new attempt committed meanwhile): the caller proposes again.
+# under that lock, inserts nothing when the current attempt is no longer the one the caller
+# derived the key from (a new attempt committed meanwhile): the statement returns a row of NULLs
+# instead, without failing, and the caller proposes again in the same transaction.
 _PROPOSE_SQL = f"""
 WITH cur AS (
   SELECT t.current_attempt_id = %(attempt_id)s AS same

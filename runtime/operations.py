@@ -204,11 +204,10 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
         # which then wrote nothing). With no transaction open and no queue capacity to count,
         # it runs as its own transaction: no BEGIN and COMMIT round trips, and the task row is
         # locked only while the server runs it. Inside a caller's transaction it runs in a
-        # savepoint, so a refusal leaves that transaction usable. (A task with a budget declines
-        # to the general path, whose guarded meter UPDATEs hold the estimate in the same
-        # transaction.)
-        # Directly inside an entry point's transaction (a request with an Idempotency-Key) a
-        # refusal ends that transaction, so no savepoint (db.entry_transaction_only).
+        # savepoint, so a refusal leaves that transaction usable; directly inside an entry
+        # point's (a request with an Idempotency-Key) a refusal ends the request, so there it
+        # runs without one (db.entry_transaction_only). (A task with a budget declines to the
+        # general path, whose guarded meter UPDATEs hold the estimate in the same transaction.)
         own = connection.in_atomic_block or queue_limited(spec.tool)
         savepoint = not entry_transaction_only()
         moved = False

@@ -180,12 +180,18 @@ def test_a_call_no_drainer_may_take_is_pushed_even_while_one_is_registered(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_when_the_script_fails_the_call_goes_through_celery(broker, monkeypatch):
+    """Redis is not asked again (the drainers' own script would fail the same way, after its
+    timeout, on the request's path): the call goes to Celery's publish at once."""
+    asked: list[str] = []
+
     def unreachable(source: str) -> Any:
+        asked.append(source)
         raise redis.ConnectionError("down")
 
     monkeypatch.setattr(drainers, "_script", unreachable)
     owner = factories.agent()
     task = factories.task(owner)
-    op_id = _propose(owner, task, "through-celery")
+    op_id = _propose(owner, task, "through-celery")  # a call a drainer may take, run alone
     message = json.loads(broker.rpop(QUEUE))
     assert message["headers"]["argsrepr"].startswith(f"('{op_id}'")
+    assert asked == [drainers._ANNOUNCE_OR_PUSH]
