@@ -22,7 +22,7 @@ from tests import factories
 from tests.concurrency import in_thread
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
