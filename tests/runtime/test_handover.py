@@ -89,6 +89,17 @@ def _op(owner: factories.Principal, task: Task, step: str, **spec: Any) -> Opera
     return factories.operation(owner, task, step=step, **spec)
 
 
+def _made_and_next() -> tuple[Worker, Operation, Operation, Lease]:
+    """A worker holding the claim of one call (made), and the task's next call (pending)."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
+    w = Worker("together")
+    lease = w.claim(made)
+    assert isinstance(lease, Lease)
+    return w, made, nxt, lease
+
+
 def _chain(w: Worker, ops: list[Operation], reports: list[Report]) -> list[Lease | Refusal]:
     """Claim the first call, hand each report over to the next call's claim, report the last
     alone; returns every claim."""
@@ -292,12 +303,7 @@ class Killed(BaseException):
 
 
 def test_a_worker_killed_inside_a_hand_over_leaves_neither_write_and_both_calls_recover():
-    owner = factories.agent()
-    task = factories.task(owner)
-    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
-    w = Worker("together")
-    lease = w.claim(made)
-    assert isinstance(lease, Lease)
+    w, made, nxt, lease = _made_and_next()
 
     def die() -> None:
         raise Killed
@@ -327,12 +333,7 @@ def test_a_hand_over_whose_claim_fails_still_accepts_the_call_made():
     """An error in the hand-over's transaction after the acceptance (the claim's half) rolls
     the acceptance back with it; the call made is then accepted on its own, and the next call
     claimed, instead of the made call's effect waiting for a lease takeover."""
-    owner = factories.agent()
-    task = factories.task(owner)
-    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
-    w = Worker("together")
-    lease = w.claim(made)
-    assert isinstance(lease, Lease)
+    w, made, nxt, lease = _made_and_next()
     failed: list[str] = []
 
     def fail_once() -> None:
@@ -354,12 +355,7 @@ def test_a_hand_over_whose_claim_fails_still_accepts_the_call_made():
 def test_a_hand_over_is_three_statements_in_one_commit():
     """Pinned: the lock of both rows and both tasks, the acceptance's statement and the claim's
     statement (the writers' one-statement forms), one BEGIN and one COMMIT."""
-    owner = factories.agent()
-    task = factories.task(owner)
-    made, nxt = _op(owner, task, "made"), _op(owner, task, "next")
-    w = Worker("together")
-    lease = w.claim(made)
-    assert isinstance(lease, Lease)
+    w, _, nxt, lease = _made_and_next()
     with commits_counted() as commits, CaptureQueriesContext(connection) as ctx:
         accepted, claim = operation_report_and_claim(
             lease, _ok("made"), nxt.pk, execution_id=w.execution
