@@ -78,14 +78,14 @@ def request_claim_txn(
     Preconditions: inside ``atomic(durable=True)`` on PostgreSQL."""
     if not _valid_key(key):
         raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
+    # One round trip: the lock, then the record read in a snapshot taken once the lock is held
+    # (migration 0017 says why that needs a function).
     with prepared_cursor() as cur:
-        cur.execute(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 7))", [f"{principal}|{key}"]
-        )
+        cur.execute(_CLAIM, [principal, key])
         row = cur.fetchone()
     if not (row and row[0]):
         raise RequestInProgress("a request with this Idempotency-Key is still in progress")
-    existing = _record_read(principal, key)
+    existing = _record_of(row[1:])
     if existing is None:
         return None
     return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
@@ -115,8 +115,9 @@ def request_record_txn(
         )
 
 
-# The PostgreSQL path's two statements, bound on the server (runtime.db.prepared_cursor): every
-# POST with a key runs them, and the ORM's compiling of each was a tenth of a proposal's CPU.
+# The PostgreSQL path's two statements (the claim's function call, the record's insert), bound on
+# the server (runtime.db.prepared_cursor): every POST with a key runs them, and the ORM's
+# compiling of each was a tenth of a proposal's CPU.
 _FIELDS = [
     "id",
     "principal",
@@ -130,11 +131,11 @@ _FIELDS = [
     "created_at",
     "finished_at",
 ]
-# The read's column list is _FIELDS itself (names from this module, no input).
-_READ = (
-    "SELECT "  # noqa: S608
-    + ", ".join(f'"{name}"' for name in _FIELDS)
-    + ' FROM runtime_idempotentrequest WHERE principal = %s AND "key" = %s'
+# The claim's column list is _FIELDS itself (names from this module, no input).
+_CLAIM = (
+    "SELECT c.taken, "  # noqa: S608
+    + ", ".join(f'(c.existing)."{name}"' for name in _FIELDS)
+    + " FROM runtime_idempotency_claim(%s, %s) c"
 )
 _BODY_AT = _FIELDS.index("response_body")
 _RECORD = (
@@ -144,11 +145,9 @@ _RECORD = (
 )
 
 
-def _record_read(principal: str, key: str) -> IdempotentRequest | None:
-    with prepared_cursor() as cur:
-        cur.execute(_READ, [principal, key])
-        row = cur.fetchone()
-    if row is None:
+def _record_of(row: Any) -> IdempotentRequest | None:
+    """The record from its _FIELDS columns; None for the claim's no-record (a NULL id)."""
+    if row[0] is None:
         return None
     values = list(row)
     if isinstance(values[_BODY_AT], str):  # Django's connections load jsonb as text

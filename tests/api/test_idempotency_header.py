@@ -5,16 +5,20 @@ one principal, and a refused request leaves its key free for a corrected retry."
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime.hashing import params_hash
 from runtime.models import IdempotentRequest, Operation, Task
 from tests import factories
 from tests.api.support import assert_error, post_json, post_raw
+from tests.concurrency import in_thread, lock_waiters
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -231,3 +235,59 @@ def test_concurrent_first_requests_with_one_key_create_one_task(transactional_db
             assert payload["id"] == task_id
         else:
             assert payload["error"]["code"] == "request_in_progress"
+
+
+# A statement that has begun (its snapshot is taken) and then waits for a lock the key's holder
+# keeps until it commits, before it reaches its read: the widest form of the window between a
+# claim's statement starting and the key's lock coming free.
+_AFTER_A_WAIT = (
+    "SELECT {columns} FROM (SELECT length(pg_advisory_xact_lock(4242)::text) + 1 AS one OFFSET 0)"
+    " w CROSS JOIN LATERAL ({read}) c"
+)
+_BY_THE_CLAIM = _AFTER_A_WAIT.format(
+    columns="c.taken, (c.existing).id",
+    read="SELECT * FROM runtime_idempotency_claim(substr(%s, w.one), %s)",
+)
+_BY_A_PLAIN_READ = _AFTER_A_WAIT.format(
+    columns="true, c.id",
+    read="SELECT id FROM runtime_idempotentrequest WHERE principal = substr(%s, w.one)"
+    ' AND "key" = %s',
+)
+
+
+def test_the_claim_sees_a_record_committed_while_its_statement_waited(transactional_db):
+    """The claim takes the key's lock and reads its record in one round trip. The read must see a
+    record that the key's previous holder committed after the claim's statement began: a read in
+    the statement's own snapshot misses it, and the request would run a second time. Here both
+    forms start while the holder has the key, wait behind it, and read once it committed; the
+    plain read's miss shows the window was hit."""
+    held, go = threading.Event(), threading.Event()
+
+    def holder() -> int:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(4242)")
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", ["p|k"])
+            record = IdempotentRequest.objects.create(
+                principal="p", key="k", method="POST", path="/", body_hash="h", status="done"
+            )
+            held.set()
+            assert go.wait(timeout=30)
+        return record.pk
+
+    def claimer(sql: str) -> Callable[[], tuple[Any, ...] | None]:
+        def run() -> tuple[Any, ...] | None:
+            assert held.wait(timeout=30)
+            with connection.cursor() as cur:
+                cur.execute(sql, ["p", "k"])
+                return cur.fetchone()
+
+        return run
+
+    _, committed = in_thread(holder, "holder")
+    _, claimed = in_thread(claimer(_BY_THE_CLAIM), "claim")
+    _, plain = in_thread(claimer(_BY_A_PLAIN_READ), "plain")
+    wait_for(lambda: lock_waiters() >= 2, timeout=30, what="both reads waiting for the holder")
+    go.set()
+    record = committed.result(timeout=30)
+    assert plain.result(timeout=30) is None  # the window: its snapshot predates the commit
+    assert claimed.result(timeout=30) == (True, record)
