@@ -290,6 +290,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent busy, on all cores (/proc/stat: user, nice, system,
+    irq, softirq; not idle, iowait or steal, the time another guest of the host had): what every
+    process of a part (the stack, the agents, PostgreSQL, Redis, a peer's processes) cost."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / TICK
+
+
 # --- counting across all backends ---------------------------------------------------------------
 
 _REL = re.compile(r"rel \d+/(\d+)/(\d+)")
@@ -352,9 +361,17 @@ class Window:
         self.xacts = bench.xacts()
         self.redis = redis_calls()
         self.cpu = stack.cpu() if stack else {}
+        self.machine = machine_busy()
+        self.machine_end: float | None = None
         self.began = time.time()
 
+    def mark(self) -> None:
+        """The part's work ended: the machine's CPU is read now, before its processes are
+        stopped or the WAL is scanned (close reads it first thing otherwise)."""
+        self.machine_end = machine_busy()
+
     def close(self, ops: int) -> dict[str, Any]:
+        machine = self.machine_end if self.machine_end is not None else machine_busy()
         bench, n = self.bench, max(1, ops)
         scan = bench.scan(self.lsn, bench.flush_lsn())
         xacts = {k: v - self.xacts.get(k, 0) for k, v in bench.xacts().items()}
@@ -373,6 +390,7 @@ class Window:
             "dbos_xacts_per_op": xacts.get("dbos", 0) / n,
             "redis_cmds_per_op": (redis_calls() - self.redis) / n,
             "cpu_ms_per_op": {k: v * 1000 / n for k, v in cpu.items()},
+            "machine_cpu_ms_per_op": (machine - self.machine) * 1000 / n,
         }
 
 
@@ -880,7 +898,7 @@ def approve_all(port: int, secret: str) -> Callable[[list[str]], None]:
     person's tooling would, until every operation of the round was approved."""
 
     def approve(op_ids: list[str]) -> None:
-        wanted, done = set(op_ids), set()
+        wanted, done = set(op_ids), set[str]()
         c = Client(port, secret)
         deadline = time.monotonic() + TIMEOUT
         try:
@@ -1078,6 +1096,7 @@ def celery_round(total: int) -> dict[str, float]:
     r = redis_client()
     r.set(bench_celery.COUNTER, 0)
     calls = redis_calls()
+    busy = machine_busy()
     started = time.perf_counter()
     for _ in range(total):
         bench_celery.noop.delay()
@@ -1088,7 +1107,11 @@ def celery_round(total: int) -> dict[str, float]:
         every=0.005,
     )
     seconds = time.perf_counter() - started
-    return {"ops_per_s": total / seconds, "redis_cmds_per_op": (redis_calls() - calls) / total}
+    return {
+        "ops_per_s": total / seconds,
+        "redis_cmds_per_op": (redis_calls() - calls) / total,
+        "machine_cpu_ms_per_op": (machine_busy() - busy) * 1000 / total,
+    }
 
 
 # --- DBOS ---------------------------------------------------------------------------------------
@@ -1141,13 +1164,14 @@ def _go(processes: list[subprocess.Popen[str]]) -> float:
 
 
 def _last_json(p: subprocess.Popen[str]) -> dict[str, Any]:
+    """The result a DBOS process prints once its work is done, read as it arrives: the
+    process's shutdown after it (DBOS.destroy) is not the part's work, and its CPU is not
+    counted in the part's window (stop() ends the process)."""
     assert p.stdout is not None
-    out = p.stdout.read()
-    p.wait(timeout=TIMEOUT)
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if not lines:
-        raise SystemExit("bench: a DBOS process printed no result; see var/bench/processes.log")
-    return json.loads(lines[-1])
+    for line in p.stdout:
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    raise SystemExit("bench: a DBOS process printed no result; see var/bench/processes.log")
 
 
 def dbos_round(bench: Bench, config: str, label: str) -> dict[str, Any]:
@@ -1171,6 +1195,7 @@ def dbos_round(bench: Bench, config: str, label: str) -> dict[str, Any]:
                 assert p.stdin is not None
                 p.stdin.close()
             results = [_last_json(p) for p in processes]
+            window.mark()
         finally:
             for p in processes:
                 stop(p)
@@ -1203,6 +1228,7 @@ def dbos_round(bench: Bench, config: str, label: str) -> dict[str, Any]:
                 return int(rows[0][0]) >= total
 
             wait_until(done, TIMEOUT, f"DBOS {config} to drain", every=0.05)
+            window.mark()
             end = (
                 float(
                     dbos_sql(
@@ -1226,6 +1252,7 @@ def dbos_round(bench: Bench, config: str, label: str) -> dict[str, Any]:
         "commits_per_op": counts["dbos_commits_per_op"],
         "wal_bytes_per_op": counts["dbos_wal_bytes_per_op"],
         "xacts_per_op": counts["dbos_xacts_per_op"],
+        "machine_cpu_ms_per_op": counts["machine_cpu_ms_per_op"],
     }
 
 
@@ -1275,6 +1302,7 @@ def floor_round(bench: Bench, port: int, pid: int, agent: Agent, label: str) -> 
         "floor_rest_per_s": FLOOR_REQUESTS / max(1e-9, answered - start),
         "web_cpu_ms_per_request": (cpu_seconds([pid]) - cpu) * 1000 / FLOOR_REQUESTS,
         "commits_per_op": counts["commits_per_op"],
+        "machine_cpu_ms_per_op": counts["machine_cpu_ms_per_op"],
     }
 
 
@@ -1679,6 +1707,7 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             "walinspect": bench.walinspect,
             "seed": SEED,
             "load": os.getloadavg(),
+            "cores": os.cpu_count() or 1,
             "seconds": time.perf_counter() - began,
             **extra,
         },

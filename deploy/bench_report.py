@@ -28,6 +28,68 @@ def _f(value: float) -> str:
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.1f}"
 
 
+def _machine_budget(result: dict[str, float], details: dict[str, Any]) -> list[str]:
+    """What the machine's cores allow: each part's machine CPU per operation (every process it
+    ran, PostgreSQL's and Redis's included), and the CPU per operation the throughput targets
+    leave, beside the floor's. A target that leaves less CPU per operation than the floor's
+    one authenticated INSERT costs cannot be met on this machine by anything served by this
+    web stack, before a worker runs anything at all."""
+    rounds, cores, best = details["rounds"], details["cores"], details["dbos_best"]
+
+    def cpu(part: str) -> float:
+        values = sorted(g[part]["machine_cpu_ms_per_op"] for g in rounds)
+        return values[len(values) // 2]
+
+    parts = [
+        ("ours (the headline)", cpu("ours"), result["ops_per_s"]),
+        ("plain Celery (no-op task)", cpu("celery"), result["celery_ops_per_s"]),
+        (f"DBOS {best}", cpu(best), result["dbos_ops_per_s"]),
+        (
+            "the floor (one authenticated INSERT, no worker)",
+            cpu("floor"),
+            result["floor_rest_per_s"],
+        ),
+    ]
+    lines = [
+        "## What this machine allows",
+        "",
+        f"Machine CPU per operation: every process of the part on all {cores} cores (/proc/stat: "
+        "user, nice, system, irq, softirq; not steal), from its start to its end, medians of the "
+        "rounds. The ceiling is the rate at which that cost would fill every core.",
+        "",
+        "| part | machine CPU ms per operation | ceiling on these cores (ops/s) "
+        "| measured (ops/s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, ms, rate in parts:
+        ceiling = cores * 1000 / ms if ms > 0 else 0.0
+        lines.append(f"| {name} | {_f(ms)} | {_f(ceiling)} | {_f(rate)} |")
+    floor_ms = cpu("floor")
+    lines += [
+        "",
+        "The throughput targets as rates, and the machine CPU per operation they leave:",
+        "",
+    ]
+    for key, peer, factor in (
+        ("ratio_vs_celery", result["celery_ops_per_s"], 0.5),
+        ("rest_ratio_vs_celery", result["celery_ops_per_s"], 0.4),
+        ("ratio_vs_dbos", result["dbos_ops_per_s"], 1.5),
+    ):
+        rate = peer * factor
+        allowed = cores * 1000 / rate if rate > 0 else 0.0
+        verdict = (
+            "less than the floor's request alone costs: out of reach on this machine"
+            if allowed < floor_ms
+            else f"{_f(allowed / floor_ms if floor_ms else 0.0)} times the floor's request"
+        )
+        lines.append(
+            f"- `{key}` >= {factor}: {_f(rate)} ops/s, at most {_f(allowed)} ms of machine CPU "
+            f"per operation: {verdict}."
+        )
+    lines.append("")
+    return lines
+
+
 def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(
@@ -92,6 +154,7 @@ def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]
         "- `rest_ops_per_s` is the headline itself (it is taken over HTTP end to end), kept as "
         "its own key for the issue's REST target.",
         "",
+        *_machine_budget(result, details),
         "## Counts per operation",
         "",
         "Across all backends, over each headline round (medians): write commits of the bench "
