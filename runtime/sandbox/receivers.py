@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runtime.hashing import params_hash
@@ -242,15 +242,24 @@ def slow_call(
     """Record the start (with the deadline time the caller passed on), take ``seconds``, record
     the end. The sleep is the receiver's work: it does not listen to anyone meanwhile."""
 
-    call = SlowCall.objects.create(
-        key=key,
-        fencing_token=fencing_token,
-        deadline_remaining=deadline_remaining,
-        started_at=timezone.now(),
-    )
+    at = connection.ops.adapt_datetimefield_value  # as the ORM stores a time, on each backend
+    with connection.cursor() as cur:
+        cur.execute(_SLOW_START, [key, fencing_token, deadline_remaining, at(timezone.now())])
+        call_id = cur.fetchone()[0]
     time.sleep(seconds)
-    SlowCall.objects.filter(pk=call.pk).update(finished_at=timezone.now())
-    return Response(200, {"id": call.pk})
+    with connection.cursor() as cur:
+        cur.execute(_SLOW_END, [at(timezone.now()), call_id])
+    return Response(200, {"id": call_id})
+
+
+# The slow receiver's two writes as SQL of their own: demo.slow is `make bench`'s headline tool,
+# and compiling the ORM's INSERT and UPDATE for every call took a fifth of a worker's CPU there
+# (this receiver stands for a remote service). The same rows, the same two commits.
+_SLOW_START = (
+    f'INSERT INTO {SlowCall._meta.db_table} ("key", fencing_token, deadline_remaining, '  # noqa: S608 (the model's table)
+    "started_at) VALUES (%s, %s, %s, %s) RETURNING id"
+)
+_SLOW_END = f"UPDATE {SlowCall._meta.db_table} SET finished_at = %s WHERE id = %s"  # noqa: S608
 
 
 # --- the receivers' own view of what they committed ---------------------------------------
