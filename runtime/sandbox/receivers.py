@@ -236,6 +236,16 @@ def notify_send(*, key: str, to: str, message: str) -> Response:
 # --- slow: a call that takes time ----------------------------------------------------------
 
 
+# The slow receiver's two writes as SQL of their own: demo.slow is `make bench`'s headline tool,
+# and compiling the ORM's INSERT and UPDATE for every call took a fifth of a worker's CPU there
+# (this receiver stands for a remote service). The same rows, the same two commits.
+_SLOW_START = (
+    f'INSERT INTO {SlowCall._meta.db_table} ("key", fencing_token, deadline_remaining, '  # noqa: S608 (the model's table)
+    "started_at) VALUES (%s, %s, %s, %s) RETURNING id"
+)
+_SLOW_END = f"UPDATE {SlowCall._meta.db_table} SET finished_at = %s WHERE id = %s"  # noqa: S608
+
+
 def slow_call(
     *, key: str, seconds: float, fencing_token: int, deadline_remaining: float | None
 ) -> Response:
@@ -250,16 +260,6 @@ def slow_call(
     with connection.cursor() as cur:
         cur.execute(_SLOW_END, [at(timezone.now()), call_id])
     return Response(200, {"id": call_id})
-
-
-# The slow receiver's two writes as SQL of their own: demo.slow is `make bench`'s headline tool,
-# and compiling the ORM's INSERT and UPDATE for every call took a fifth of a worker's CPU there
-# (this receiver stands for a remote service). The same rows, the same two commits.
-_SLOW_START = (
-    f'INSERT INTO {SlowCall._meta.db_table} ("key", fencing_token, deadline_remaining, '  # noqa: S608 (the model's table)
-    "started_at) VALUES (%s, %s, %s, %s) RETURNING id"
-)
-_SLOW_END = f"UPDATE {SlowCall._meta.db_table} SET finished_at = %s WHERE id = %s"  # noqa: S608
 
 
 # --- the receivers' own view of what they committed ---------------------------------------

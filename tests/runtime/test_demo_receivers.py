@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from runtime.sandbox import receivers
-from runtime.sandbox.models import Charge, PaymentRequest
+from runtime.sandbox.models import Charge, PaymentRequest, SlowCall
 
 pytestmark = [pytest.mark.django_db]
 
@@ -78,3 +78,20 @@ def test_inventory_answers_lookups_by_key():
     made = receivers.inventory_reserve(key="r1", sku="sku-1", qty=2, fencing_token=1)
     found = receivers.inventory_lookup(key="r1")
     assert found.status == 200 and found.body["id"] == made.body["id"]
+
+
+def test_the_slow_receiver_records_its_start_and_end_as_the_orm_stores_times():
+    """Its writes are SQL of their own (the bench's headline tool): the rows must read back and
+    compare as the ORM's own do, on PostgreSQL and in the embedded mode (SQLite stores a time
+    as text, where another format would sort and compare wrongly)."""
+    before = timezone.now()
+    answer = receivers.slow_call(key="s1", seconds=0, fencing_token=3, deadline_remaining=1.5)
+    after = timezone.now()
+    assert answer.status == 200
+    call = SlowCall.objects.get(pk=answer.body["id"])
+    assert (call.key, call.fencing_token, call.deadline_remaining) == ("s1", 3, 1.5)
+    assert before <= call.started_at <= call.finished_at <= after
+    # An exact match: the stored text equals what the ORM makes of the same time.
+    same = SlowCall.objects.filter(started_at=call.started_at, finished_at=call.finished_at)
+    assert list(same.values_list("pk", flat=True)) == [call.pk]
+    assert [e["id"] for e in receivers.effects_under("slow", "s1")] == [call.pk]
