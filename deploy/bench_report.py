@@ -28,6 +28,12 @@ def _f(value: float) -> str:
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.1f}"
 
 
+def _median_of(values: list[float]) -> float:
+    """The rounds' median as the per-operation tables give it (the upper middle of an even
+    count)."""
+    return sorted(values)[len(values) // 2]
+
+
 def _machine_budget(result: dict[str, float], details: dict[str, Any]) -> list[str]:
     """What the machine's cores allow: each part's machine CPU per operation (every process it
     ran, PostgreSQL's and Redis's included), and the CPU per operation the throughput targets
@@ -37,8 +43,7 @@ def _machine_budget(result: dict[str, float], details: dict[str, Any]) -> list[s
     rounds, cores, best = details["rounds"], details["cores"], details["dbos_best"]
 
     def cpu(part: str) -> float:
-        values = sorted(g[part]["machine_cpu_ms_per_op"] for g in rounds)
-        return values[len(values) // 2]
+        return _median_of([g[part]["machine_cpu_ms_per_op"] for g in rounds])
 
     parts = [
         ("ours (the headline)", cpu("ours"), result["ops_per_s"]),
@@ -64,7 +69,7 @@ def _machine_budget(result: dict[str, float], details: dict[str, Any]) -> list[s
     for name, ms, rate in parts:
         ceiling = cores * 1000 / ms if ms > 0 else 0.0
         lines.append(f"| {name} | {_f(ms)} | {_f(ceiling)} | {_f(rate)} |")
-    floor_ms = cpu("floor")
+    floor_ms = parts[-1][1]
     lines += [
         "",
         "The throughput targets as rates, and the machine CPU per operation they leave:",
@@ -178,9 +183,7 @@ def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]
     for name, key in per_op:
         values = [g["ours"][key] for g in rounds]
         lines.append(
-            f"| {name} | {_f(sorted(values)[len(values) // 2])} | "
-            + ", ".join(_f(v) for v in values)
-            + " |"
+            f"| {name} | {_f(_median_of(values))} | " + ", ".join(_f(v) for v in values) + " |"
         )
     phases = counts["phases"]
     lines += [
