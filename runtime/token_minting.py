@@ -14,7 +14,7 @@ from runtime import policy
 from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.models import Agent
-from runtime.tokens import IssuedToken, agent_name_checked, token_issue_txn
+from runtime.tokens import IssuedToken, agent_name_checked, token_issue_txn, token_name_checked
 
 
 def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None) -> IssuedToken:
@@ -24,6 +24,7 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
     Preconditions: ``minter`` is the authenticated caller."""
     policy.can_manage_tokens(minter)
     name = agent_name_checked(agent_name)
+    token_name = token_name_checked(token_name)
     with transaction.atomic():
         # The name's unique constraint decides between concurrent mints: only the one that
         # created the agent gets a token.
@@ -46,6 +47,7 @@ def token_mint_for_user(minter: Actor, username: str, token_name: str | None) ->
     """A token acting as ``minter`` themself (``username`` must be theirs); NotAuthorized for
     anyone else, and nothing is created. Preconditions as for ``token_mint_for_agent``."""
     policy.can_manage_tokens(minter)
+    token_name = token_name_checked(token_name)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}")

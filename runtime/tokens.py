@@ -19,6 +19,7 @@ from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
 from runtime.ratelimits import failure_count, token_limits
+from runtime.text import name_check
 
 TOKEN_PREFIX = "ac"
 CLI = "system:cli"  # tokens issued or revoked from a shell (manage.py)
@@ -82,10 +83,20 @@ def token_issue_txn(
 
 
 def agent_name_checked(agent_name: str) -> str:
+    """The agent name, stripped; InvalidInput when empty, over 200 characters, or holding a
+    character that hides or reorders text (runtime.text.name_check, the one rule for names: an
+    agent's name is its actor label on every page and in every journal event)."""
     name = agent_name.strip()
     if not name or len(name) > 200:
         raise InvalidInput("an agent needs a name of 1 to 200 characters")
-    return name
+    return name_check(name, "agent name")
+
+
+def token_name_checked(token_name: str | None) -> str | None:
+    """A token name given by its minter, as given (None when none); InvalidInput when it holds a
+    hidden character (runtime.text.name_check: it names the token on /tokens/ and in the
+    audit, and revoking asks by it)."""
+    return name_check(token_name, "token name") if token_name else None
 
 
 def token_issue_for_agent(
@@ -95,6 +106,7 @@ def token_issue_for_agent(
     CLI; audited. Preconditions: the caller is the operator at the shell (a person in the
     console mints through runtime.token_minting)."""
     name = agent_name_checked(agent_name)
+    token_name = token_name_checked(token_name)
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name)
         return token_issue_txn(
@@ -111,6 +123,7 @@ def token_issue_for_user(
 ) -> IssuedToken:
     """From a shell: a new token acting as console user ``username`` with that user's role,
     minted by CLI; audited. Preconditions as for ``token_issue_for_agent``."""
+    token_name = token_name_checked(token_name)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}")
