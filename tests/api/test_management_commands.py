@@ -14,7 +14,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from runtime.actors import user_roles
-from runtime.models import Agent, ApiToken, Task
+from runtime.models import Agent, ApiToken, AuditRecord, Task
 from tests import factories
 from tests.api.support import assert_error, post_json
 
@@ -84,6 +84,20 @@ def test_create_console_user_with_a_role(db):
     assert user.check_password("another-pass")
     assert user_roles(user.pk) == frozenset({"support"})
     assert get_user_model().objects.filter(username="olga").count() == 1
+
+    # Both are access changes, audited with who made them, never with the password.
+    records = list(AuditRecord.objects.filter(subject=f"user:{user.pk}").order_by("id"))
+    assert [(r.actor, r.action) for r in records] == [
+        ("system:cli", "account.created"),
+        ("system:cli", "account.reset"),
+    ]
+    assert records[1].detail == {
+        "username": "olga",
+        "role": "support",
+        "role_before": ["operator"],
+        "password_changed": True,
+    }
+    assert not any("s3cret" in repr(r.detail) or "another-pass" in repr(r.detail) for r in records)
 
 
 def test_create_console_user_refuses_a_bad_role_or_password(db):
