@@ -48,6 +48,10 @@ POINTS = frozenset(
         "claim.slot_counted",  # a claim counted its class's running work under the slot lock
         "schedule.slot_read",  # a sweeper read a schedule's due slot, nothing claimed yet
         "schedule.slot_claimed",  # a slot's row is inserted (claimed), not yet committed
+        "schedule.owner_checked",  # a sweeper read, under the schedule's lock, that its owner
+        #   can act, and has not yet decided the slot
+        "token.revoked",  # a revocation is written (its agent's schedules paused if it was the
+        #   last live token), not yet committed
         "stream.user_read",  # a stream's recheck read its person's account, not yet the roles
     }
 )

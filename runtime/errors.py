@@ -170,6 +170,15 @@ class CompletionRefused(Conflict):
     public_details = True
 
 
+class ScheduleOwnerInactive(Conflict):
+    """The schedule's owner can no longer act (its agent has no live token, its account is
+    deactivated or lost the role): nothing starts in its name, and it is not resumed."""
+
+    code = "schedule_owner_inactive"
+    # The reason (which of the above) is part of the answer: the caller must know what to fix.
+    public_details = True
+
+
 class ApprovalStale(Conflict):
     """The decision names a parameter hash that is not the current proposal's."""
 

@@ -38,6 +38,8 @@ so a refusal never reveals that another agent's task exists.
 | see a schedule | its agent; the user who owns it; every console role |
 | create a schedule | an agent (it owns it and the tasks it starts); an admin (owns it) |
 | edit, pause, resume, trigger a schedule | its agent; admins (roles read fresh) |
+| have a schedule start, trigger or resume | only while its owner can act: an agent with a live |
+|   | token, an active admin (``runtime.schedule_owners.owner_inactive_reason``; 409) |
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from runtime.actors import (
 from runtime.crashpoints import crash_point
 from runtime.errors import NotAuthenticated, NotAuthorized, NotFound
 from runtime.models import Approval, Operation, Schedule, Task
+from runtime.schedule_owners import SCHEDULE_OWNER_ROLE
 from runtime.tokens import token_is_live
 
 
@@ -315,7 +318,9 @@ def schedule_scope(actor: Actor) -> Q:
 def can_create_schedule(actor: Actor) -> None:
     """An agent schedules its own work; a person schedules as an admin (the schedule, and the
     tasks it starts, are then that person's). Operators and support staff read schedules."""
-    if actor.kind == "agent" or (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+    if actor.kind == "agent" or (
+        actor.kind == "user" and fresh(actor).has_role(SCHEDULE_OWNER_ROLE)
+    ):
         return
     raise NotAuthorized("schedules are created by agents and admins")
 

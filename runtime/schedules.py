@@ -8,16 +8,17 @@ that insert and decides nothing. Only then is the schedule row locked, to rechec
 cursor, the version and the paused flag are still what the decision was made on, and moved on;
 a change in between rolls the claim back. Every writer takes its locks in that order (slot rows
 first, then the schedule row), and the ones that touch no new slot (edit, pause, resume, a
-buffered slot's start) lock the schedule row first and insert nothing, so no two wait on each
-other in a cycle. The schedule row is locked FOR NO KEY UPDATE (its key never changes), so
-the key-share locks that rows referencing it take (slots, tasks, journal entries) never wait
-on it.
+buffered slot's start, a token's revocation) lock the schedule row first and insert nothing,
+so no two wait on each other in a cycle. The schedule row is locked FOR NO KEY UPDATE (its key
+never changes), so the key-share locks that rows referencing it take (slots, tasks, journal
+entries) never wait on it.
 
 Each due slot is decided in a transaction of its own: started (a task created through
 runtime.tasks' own path: the same validation, budgets and deadline as ``POST /tasks``), skipped
 (``overlap``, ``missed`` when it is older than the catch-up window, ``paused``, ``refused`` when
 the runtime would not create the task) or ``buffered`` (overlap ``buffer_one``: one slot waits
-for the live task to end, and the sweeper starts it then)."""
+for the live task to end, and the sweeper starts it then). A schedule whose owner can no
+longer act (runtime.schedule_owners) is paused by the decision instead, which starts nothing."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from runtime.policy import (
     can_manage_schedule,
     schedule_scope,
 )
+from runtime.schedule_owners import owner_can_act_check, owner_inactive_reason, owner_pause_txn
 from runtime.tasks import TaskSpec, task_create_txn, task_spec_check
 from runtime.transitions import TaskCondition
 
@@ -295,6 +297,22 @@ def schedule_events(schedule_id: str, limit: int = 20) -> list[ScheduleEvent]:
     return list(ScheduleEvent.objects.filter(schedule_id=schedule_id).order_by("-id")[:limit])
 
 
+def schedule_pauses(schedule_ids: list[str]) -> dict[str, ScheduleEvent]:
+    """The entry that paused each of these schedules (its latest ``schedule.paused``: who, when,
+    why), in one query; a schedule created paused has none. Preconditions: the caller may see
+    them."""
+    if not schedule_ids:
+        return {}
+    rows = (
+        ScheduleEvent.objects.filter(schedule_id__in=schedule_ids, type="schedule.paused")
+        .annotate(
+            position=Window(RowNumber(), partition_by=[F("schedule_id")], order_by=[F("id").desc()])
+        )
+        .filter(position=1)
+    )
+    return {event.schedule_id: event for event in rows}
+
+
 def schedule_owner_label(schedule: Schedule) -> str:
     if schedule.agent is not None:
         return f"agent:{schedule.agent.name}"
@@ -463,12 +481,14 @@ def schedule_resume(
 ) -> tuple[Schedule, bool]:
     """Resume: slots from now on start again. Slots that fell due while it was paused and that
     the sweeper had not yet recorded are passed over (the journal entry names them by their
-    range), never started late. Returns the schedule and whether anything changed."""
+    range), never started late. Returns the schedule and whether anything changed. Refused
+    (409 ``schedule_owner_inactive``) while its owner cannot act, whoever asks."""
     now = now or timezone.now()
     with transaction.atomic():
         schedule = _locked_txn(actor, schedule_id)
         if not schedule.paused:
             return schedule, False
+        owner_can_act_check(schedule, "resuming the schedule")
         data: dict[str, Any] = {"reason": reason}
         if schedule.next_slot_at <= now:
             data["passed_over"] = {"from": schedule.next_slot_at.isoformat(), "to": now.isoformat()}
@@ -484,7 +504,8 @@ def schedule_trigger(actor: Actor, schedule_id: str, *, now: datetime | None = N
     """Start the schedule's task now, whatever its timing, pause and overlap policy say (a
     person or its agent asked for it explicitly): a slot of kind ``manual`` at this moment,
     journaled as ``schedule.triggered``. The task is refused (and nothing recorded) as
-    ``POST /tasks`` would refuse it."""
+    ``POST /tasks`` would refuse it, and (409 ``schedule_owner_inactive``) while the owner
+    cannot act."""
     schedule = schedule_get(actor, schedule_id)
     can_manage_schedule(actor, schedule)
     now = now or timezone.now()
@@ -497,6 +518,7 @@ def schedule_trigger(actor: Actor, schedule_id: str, *, now: datetime | None = N
             # The claim first, as the sweeper's: slot rows before the schedule row.
             run = _claim_txn(schedule, now, kind=ScheduleRun.MANUAL, actor=actor.label)
             schedule = _locked_txn(actor, schedule_id)
+            owner_can_act_check(schedule, "triggering the schedule")
             run.schedule_version = schedule.version
             _start_txn(schedule, run, now, journal_actor=actor.label)
             run.save()
@@ -639,7 +661,8 @@ def _skip_passed(schedule_id: str, read: _Read, now: datetime) -> int:
 def _slot_decide(schedule_id: str, read: _Read, now: datetime) -> str | None:
     """Decide the due slot ``read.slot`` within the catch-up window of an unpaused schedule,
     in a transaction of its own: claim it, then start its task or skip or buffer it by the
-    overlap policy. Returns the run's status, or None when the slot was someone else's."""
+    overlap policy; or, when its owner can no longer act, skip it and pause the schedule.
+    Returns the run's status, or None when the slot was someone else's."""
     try:
         with transaction.atomic():
             schedule = Schedule(pk=schedule_id, version=read.version)
@@ -656,8 +679,15 @@ def _slot_decide(schedule_id: str, read: _Read, now: datetime) -> str | None:
             if not read.matches(schedule):
                 raise _Moved
             run.decided_at = now
-            live = _live_task_exists(schedule_id)
-            if live and schedule.overlap == Overlap.SKIP:
+            # Asked under the schedule's lock, in the transaction that starts the task: a
+            # revocation that commits after this read waits for the lock, and pauses after.
+            inactive = owner_inactive_reason(schedule)
+            crash_point("schedule.owner_checked")
+            live = inactive is None and _live_task_exists(schedule_id)
+            if inactive is not None:
+                owner_pause_txn(schedule, inactive, now, slot=read.slot.isoformat())
+                run.reason, run.detail = SkipReason.PAUSED, inactive
+            elif live and schedule.overlap == Overlap.SKIP:
                 run.reason, run.detail = SkipReason.OVERLAP, "an earlier run's task is still live"
             elif live and schedule.overlap == Overlap.BUFFER_ONE:
                 if ScheduleRun.objects.filter(
@@ -706,6 +736,11 @@ def _buffered_start(schedule_id: str, now: datetime) -> bool:
             .first()
         )
         if run is None or _live_task_exists(schedule_id):
+            return False
+        inactive = owner_inactive_reason(schedule)
+        if inactive is not None:
+            # Paused instead; the slot waits, as a paused schedule's buffered slot does.
+            owner_pause_txn(schedule, inactive, now, slot=run.slot_time.isoformat())
             return False
         # Started by the schedule as it stands now (an edit since it was buffered applies).
         run.schedule_version = schedule.version

@@ -15,10 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import Actor, actor_for_agent, actor_for_user
+from runtime.crashpoints import crash_point
 from runtime.db import db_datetime, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
 from runtime.ratelimits import failure_count, token_limits
+from runtime.schedule_owners import agent_has_live_token, agent_schedules_pause_txn
 from runtime.text import name_check
 
 TOKEN_PREFIX = "ac"
@@ -213,15 +215,27 @@ def token_is_live(token_id: str) -> bool:
 
 def token_revoke(token_id: str, *, revoked_by: str = CLI) -> bool:
     """Revoke a token: its next request fails, its open streams end. Audited; False when it
-    was already revoked or never existed. Preconditions as for ``token_issue_for_agent``."""
+    was already revoked or never existed. When it was its agent's last live token, the agent's
+    schedules are paused in the same transaction (runtime.schedule_owners: they act for an
+    agent that can no longer act). Preconditions as for ``token_issue_for_agent``."""
+    now = timezone.now()
     with transaction.atomic():
+        agent_id = ApiToken.objects.filter(pk=token_id).values_list("agent_id", flat=True).first()
+        if agent_id is not None:
+            # Revocations of one agent's tokens, one at a time: two at once would each see the
+            # other's token still live, and neither would pause its schedules. (Key-share
+            # locks, taken by rows that reference the agent, never wait on this one.)
+            list(Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).values("pk"))
         touched = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
-            revoked_at=timezone.now(), revoked_by=revoked_by
+            revoked_at=now, revoked_by=revoked_by
         )
         if touched:
             _audit_txn(
                 actor=revoked_by, action="token.revoked", token=ApiToken.objects.get(pk=token_id)
             )
+            if agent_id is not None and not agent_has_live_token(agent_id):
+                agent_schedules_pause_txn(agent_id, now, token=token_id, revoked_by=revoked_by)
+            crash_point("token.revoked")
     return touched == 1
 
 

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.api.parsers import json_problem
 from console.web.humans import json_for_editing
 from console.web.views import console_view
-from runtime import policy, schedules
+from runtime import policy, schedule_owners, schedules
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Schedule
@@ -34,6 +34,8 @@ def _local(at: datetime, zone: str) -> str:
 def _rows(actor: Actor) -> list[dict[str, Any]]:
     page = schedules.schedule_list(actor, limit=100)
     runs = schedules.schedule_runs([x.pk for x in page], per_schedule=5)
+    paused = [x for x in page if x.paused]
+    pauses = schedules.schedule_pauses([x.pk for x in paused])
     rows = []
     for schedule in page:
         template = schedule.template
@@ -41,6 +43,12 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
             {
                 "s": schedule,
                 "owner": schedules.schedule_owner_label(schedule),
+                # Who paused it and why; and, while paused, whether its owner can act now (a
+                # resume is refused until it can).
+                "pause": pauses.get(schedule.pk),
+                "owner_inactive": (
+                    schedule_owners.owner_inactive_reason(schedule) if schedule.paused else None
+                ),
                 "next": [
                     {"at": t, "local": _local(t, schedule.timezone)}
                     for t in schedules.schedule_next_slots(schedule, 3)

@@ -258,14 +258,16 @@ def test_an_edit_is_a_new_version_and_tasks_already_started_keep_theirs():
 def test_a_template_the_runtime_refuses_at_start_is_recorded_skipped_with_the_reason():
     admin = factories.console_user("admin")
     schedule = _schedule(admin, overlap="allow")
-    user = admin.actor_user()
-    user.is_active = False
-    user.save()
+    # Stored before today's rules refused it (an owner who can no longer act pauses the
+    # schedule instead: tests/runtime/test_schedule_owners.py).
+    Schedule.objects.filter(pk=schedule.pk).update(
+        template={**schedule.template, "deadline_seconds": 0}
+    )
     assert schedules_sweep(BASE + timedelta(seconds=1))["skipped"] == 1
     run = ScheduleRun.objects.get(schedule=schedule)
     assert (run.status, run.reason) == ("skipped", "refused")
-    assert "no longer an active user" in run.detail
-    assert not Task.objects.exists()
+    assert "deadline_seconds" in run.detail
+    assert not Task.objects.exists() and not Schedule.objects.get(pk=schedule.pk).paused
 
 
 # --- two sweepers racing one slot (real concurrent transactions) ------------------------------
