@@ -412,7 +412,7 @@ CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://localhost:8000").rstrip("/")
 NOTIFY_WEBHOOK_URL = os.environ.get("NOTIFY_WEBHOOK_URL", "")
 NOTIFY_WEBHOOK_SECRET = os.environ.get("NOTIFY_WEBHOOK_SECRET", "")
 NOTIFY_SLACK_WEBHOOK_URL = os.environ.get("NOTIFY_SLACK_WEBHOOK_URL", "")
-# Webhooks to private, loopback or link-local addresses are refused unless this is 1.
+# Webhooks to addresses that are not globally routable are refused unless this is 1.
 NOTIFY_ALLOW_PRIVATE_HOSTS = os.environ.get("NOTIFY_ALLOW_PRIVATE_HOSTS", "0") == "1"
 # At most one message per person (or webhook), kind and channel in this many seconds; later
 # ones are folded into the next (a digest).

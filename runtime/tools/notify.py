@@ -25,7 +25,14 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from runtime.notify_secrets import Endpoint, PrivateHost, endpoint_get, host_addresses
+from runtime.errors import InvalidInput
+from runtime.notify_secrets import (
+    Endpoint,
+    PrivateHost,
+    endpoint_get,
+    host_addresses,
+    url_validate,
+)
 from runtime.tools.base import Contract, InvocationContext, ToolAdapter, ToolFailure, ToolResult
 from runtime.tools.base import register as _register
 
@@ -101,6 +108,11 @@ class EmailNotify(ToolAdapter):
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
     """POST ``body`` to ``url`` over a connection to an address the host check accepted (no
     second lookup a DNS answer could change in between)."""
+    try:
+        # The environment's URLs are read from settings, not typed into a form: checked here.
+        url_validate(url)
+    except InvalidInput as exc:
+        raise ToolFailure(ToolFailure.PERMANENT, exc.message) from None
     parts = urlsplit(url)
     host = parts.hostname or ""
     https = parts.scheme == "https"
