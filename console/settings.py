@@ -307,6 +307,11 @@ RATE_LOGIN_DELAY_BASE_SECONDS = _env_int("RATE_LOGIN_DELAY_BASE_SECONDS", 1)
 RATE_LOGIN_DELAY_MAX_SECONDS = _env_int("RATE_LOGIN_DELAY_MAX_SECONDS", 60)
 RATE_TOKEN_PER_ACCOUNT = _env_int("RATE_TOKEN_PER_ACCOUNT", 10)
 RATE_TOKEN_PER_ADDRESS = _env_int("RATE_TOKEN_PER_ADDRESS", 50)
+# Requests per API token (runtime/throttle.py), whatever the token acts as: a burst of
+# API_RATE_BURST at once, API_RATE_PER_SECOND sustained; 0 turns it off. Sessions are not
+# limited by it.
+API_RATE_PER_SECOND = float(os.environ.get("API_RATE_PER_SECOND") or 50)
+API_RATE_BURST = _env_int("API_RATE_BURST", 200)
 # How often an open event stream re-checks that its token was not revoked.
 TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
 

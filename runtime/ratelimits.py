@@ -52,7 +52,8 @@ def clock() -> float:
 
 
 class RateLimited(DomainError):
-    """Too many failed attempts; try again later."""
+    """Too many failed attempts, or too many requests with one token (runtime.throttle); try
+    again in ``retry_after`` seconds."""
 
     status = 429
     code = "rate_limited"
@@ -128,18 +129,20 @@ def _key(name: str, subject: str) -> str:
     return f"{KEY_PREFIX}:{name}:{subject}"[:300]
 
 
-def _redis_or_none(backend: str | None) -> Any:
-    """The Redis client when counting there, None for the database."""
+def redis_or_none(backend: str | None) -> Any:
+    """The Redis client when counting there (``backend`` "redis", or None in services mode),
+    None for the database."""
     if (backend or _backend()) != "redis":
         return None
     try:
         return _redis()
     except Exception:
-        _redis_failed()
+        redis_failed()
         return None
 
 
-def _redis_failed() -> None:
+def redis_failed() -> None:
+    """Log that the counters fall back to the database (Redis unreachable or failing)."""
     # Redis only helps here: while it is away, count in the database instead of turning every
     # request into an error (or letting every guess through).
     log.warning("rate limit counter in Redis unavailable; counting in the database")
@@ -154,13 +157,13 @@ def failure_count(
     Preconditions: the attempt was checked and failed. Safe under any concurrency."""
     at = clock() if now is None else now
     keyed = [(_key(limit.name, subject), limit) for limit, subject in checks]
-    client = _redis_or_none(backend)
+    client = redis_or_none(backend)
     if client is not None:
         args = [str(v) for _, limit in keyed for v in (limit.window_seconds, limit.attempts)]
         try:
             over, ttl = client.eval(_COUNT_ALL, len(keyed), *(k for k, _ in keyed), *args)
         except Exception:
-            _redis_failed()
+            redis_failed()
         else:
             if int(over):
                 raise _refuse(int(ttl))
@@ -178,7 +181,7 @@ def limit_check(
     """
     at = clock() if now is None else now
     keys = [(_key(limit.name, subject), limit) for limit, subject in checks]
-    client = _redis_or_none(backend)
+    client = redis_or_none(backend)
     if client is not None:
         try:
             pipe = client.pipeline(transaction=False)
@@ -187,7 +190,7 @@ def limit_check(
                 pipe.ttl(key)
             answers = pipe.execute()
         except Exception:
-            _redis_failed()
+            redis_failed()
         else:
             waits = [
                 max(1, int(answers[2 * i + 1]))
@@ -213,7 +216,7 @@ def backoff_failed(
     Preconditions: the attempt was checked and failed. Safe under any concurrency."""
     at = clock() if now is None else now
     key = _key(backoff.name, subject)
-    client = _redis_or_none(backend)
+    client = redis_or_none(backend)
     if client is not None:
         # The delays for the first failures beyond ``free`` until the cap, in milliseconds: the
         # script takes the table instead of computing powers itself.
@@ -229,7 +232,7 @@ def backoff_failed(
                 *delays,
             )
         except Exception:
-            _redis_failed()
+            redis_failed()
         else:
             if not int(counted):
                 raise _refuse(min(backoff.cap_seconds, int(wait_ms) / 1000))
@@ -247,12 +250,12 @@ def backoff_check(
     counting nothing."""
     at = clock() if now is None else now
     key = _key(backoff.name, subject)
-    client = _redis_or_none(backend)
+    client = redis_or_none(backend)
     if client is not None:
         try:
             failures, until = client.hmget(key, "n", "until")
         except Exception:
-            _redis_failed()
+            redis_failed()
         else:
             if until is not None and int(failures) > backoff.free and int(until) > _ms(at):
                 raise _refuse(min(backoff.cap_seconds, (int(until) - _ms(at)) / 1000))
@@ -267,12 +270,12 @@ def backoff_check(
 def backoff_clear(backoff: Backoff, subject: str, *, backend: str | None = None) -> None:
     """The account's owner got in: its failures are forgotten."""
     key = _key(backoff.name, subject)
-    client = _redis_or_none(backend)
+    client = redis_or_none(backend)
     if client is not None:
         try:
             client.delete(key)
         except Exception:
-            _redis_failed()
+            redis_failed()
         else:
             return
     RateCounter.objects.filter(key=key).delete()

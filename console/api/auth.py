@@ -1,5 +1,6 @@
-"""Bearer tokens for agents and scripts; sessions (with CSRF) for people in the browser. Either
-way the view gets an ``Actor`` from ``actor_of(request)``."""
+"""Bearer tokens for agents and scripts, each held to its rate (runtime.throttle); sessions (with
+CSRF) for people in the browser, which are not. Either way the view gets an ``Actor`` from
+``actor_of(request)``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rest_framework.request import Request
 
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import NotAuthenticated
+from runtime.throttle import token_throttle
 from runtime.tokens import token_authenticate
 
 
@@ -45,6 +47,12 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             actor = token_authenticate(raw, address=client_address(request))
         except NotAuthenticated as exc:
             raise exceptions.AuthenticationFailed(str(exc)) from None
+        # The token's rate, counted here once per request: every token-authenticated request
+        # passes here exactly once (DRF asks once per request; a body's request is asked by
+        # console.edge from its head, before the body is read, and the view takes the
+        # principal it found instead of asking again). RateLimited is the 429.
+        assert actor.token_id is not None
+        token_throttle(actor.token_id)
         return TokenPrincipal(actor), actor
 
     def authenticate_header(self, request: Request) -> str:
