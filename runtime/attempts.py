@@ -5,6 +5,9 @@ holding what they hold in the earlier attempt's ledger."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -12,13 +15,15 @@ from django.utils import timezone
 from runtime.actors import Actor
 from runtime.budgets import attempt_allocate_txn
 from runtime.crashpoints import crash_point
-from runtime.errors import InvalidInput
+from runtime.errors import InvalidInput, RequestInProgress
 from runtime.events import event_append_txn
 from runtime.models import Attempt, Operation, Task
 from runtime.policy import can_start_attempt
 from runtime.statemachine import attempt_end_txn
 from runtime.tasks import task_admission_check, task_get
 from runtime.transitions import OperationStatus, TaskOutcome
+
+T = TypeVar("T")
 
 
 def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
@@ -85,3 +90,49 @@ def attempt_create(actor: Actor, task_id: str, *, reason: str = "") -> Attempt:
 
 def attempts_of(task: Task) -> list[Attempt]:
     return list(Attempt.objects.filter(task=task).order_by("number"))
+
+
+# --- binding a proposal to the task's current attempt -------------------------------------
+# A new attempt is a new pursuit: what is proposed into it (a tool call, a wait) carries its
+# number in its derived key and books in its ledger. The attempt is read before the task's row
+# lock is held, so every proposal checks it again under that lock and starts over when a new
+# attempt committed in between: one rule for every kind of proposal (runtime.operations,
+# runtime.waits; the one-statement form, runtime.hotpath, checks it inside its statement).
+
+
+class AttemptMoved(Exception):
+    """A new attempt of the task committed between a proposal's read of the task and its lock of
+    the task row: nothing was written; the caller proposes again under the new attempt."""
+
+
+# How often a proposal starts over because a new attempt committed under it (each time one did).
+ATTEMPT_MOVES = 3
+
+
+def attempt_bound(propose: Callable[[], T]) -> T:
+    """Run ``propose`` (one try of a proposal) again while it raises AttemptMoved, which a try
+    raises, having written nothing, when the attempt it read is no longer the task's current one
+    under the task's lock (``attempt_unmoved_txn``). RequestInProgress (409, the client retries)
+    when new attempts kept committing under it."""
+    for _ in range(ATTEMPT_MOVES):
+        try:
+            return propose()
+        except AttemptMoved:
+            continue
+    raise RequestInProgress("the task's attempt kept changing while proposing; retry")
+
+
+def attempt_unmoved_txn(task_id: str, attempt_id: str) -> None:
+    """Lock the task's row and check that its current attempt is still ``attempt_id`` (the one
+    the proposal read without the lock, and derived its key from); AttemptMoved when it is not.
+
+    Preconditions: inside the proposal's transaction, before it touches any row but its own new
+    operation (nobody else's yet), so the global lock order (operations, then the task) holds."""
+    current = (
+        Task.objects.select_for_update(no_key=True)
+        .filter(pk=task_id)
+        .values_list("current_attempt_id", flat=True)
+        .get()
+    )
+    if (current or "") != attempt_id:
+        raise AttemptMoved

@@ -26,6 +26,7 @@ POINTS = frozenset(
         "approval.gate_locked",  # the release gate holds the operation and approval rows
         "approval.before_commit",  # a decision is written, not yet committed
         "approval.expire_locked",  # the expiry sweep holds the operation and approval rows
+        "wait.attempt_read",  # a wait's proposal read the task's attempt, nothing written yet
         "wait.before_register",  # a wait's row is inserted, the task row not yet locked
         "wait.registered",  # a wait is registered under the task lock, not yet committed
         "signal.task_locked",  # a signal holds the task row, before looking for a late wait

@@ -43,6 +43,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from psycopg.types.json import Jsonb
 
+from runtime.attempts import AttemptMoved
 from runtime.budgets import budget_remember
 from runtime.db import prepared_cursor, refusal_code
 from runtime.drainers import (
@@ -206,11 +207,6 @@ def _publish_after_commit(
         outbox_publish([_announcement(outbox_id, op.pk, available_at, now)])
 
     transaction.on_commit(publish)
-
-
-class AttemptMoved(Exception):
-    """A new attempt of the task committed between the proposal's read of the task and its lock
-    of the task row: nothing was written; the caller proposes again under the new attempt."""
 
 
 class StoppedUnderLock(Exception):

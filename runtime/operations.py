@@ -29,6 +29,7 @@ from runtime.approval_gate import (
     approval_request_txn,
     first_proposal_hash,
 )
+from runtime.attempts import AttemptMoved, attempt_bound, attempt_unmoved_txn
 from runtime.budgets import (
     budget_remember,
     budget_reserve_txn,
@@ -122,20 +123,11 @@ def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[
     if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
         return wait_propose(actor, task_id, spec)
     _validate(spec)
-    for _ in range(_ATTEMPT_MOVES):
-        try:
-            return _propose(actor, task_id, spec)
-        except hotpath.AttemptMoved:
-            continue
-    raise RequestInProgress("the task's attempt kept changing while proposing; retry")
-
-
-# How often a proposal starts over because a new attempt committed under it (each time one did).
-_ATTEMPT_MOVES = 3
+    return attempt_bound(lambda: _propose(actor, task_id, spec))
 
 
 def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation, bool]:
-    """One try of ``operation_propose``; raises hotpath.AttemptMoved when the task's current
+    """One try of ``operation_propose``; raises AttemptMoved when the task's current
     attempt, read under its lock, is not the one read before it (nothing is written)."""
     task = task_for_proposal(actor, task_id)
     if task is None:
@@ -216,12 +208,12 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
             queue_admit_txn(spec.tool)
             try:
                 row = hotpath.propose_txn(op, actor=actor.label, now=now)
-            except hotpath.AttemptMoved:
+            except AttemptMoved:
                 # Raised once the block is left: it wrote nothing and failed no statement, and
                 # raised through a block without a savepoint it would doom the transaction.
                 moved = True
         if moved:
-            raise hotpath.AttemptMoved
+            raise AttemptMoved
         if row is not None:
             return op, True
     else:
@@ -234,14 +226,7 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
                 queue_admit_txn(spec.tool)
                 # The attempt is read under the task's lock (taken before the insert: the new
                 # operation row is nobody else's yet, so the lock order is kept).
-                current = (
-                    Task.objects.select_for_update(no_key=True)
-                    .filter(pk=task.pk)
-                    .values_list("current_attempt_id", flat=True)
-                    .get()
-                )
-                if current != op.attempt_id:
-                    raise hotpath.AttemptMoved
+                attempt_unmoved_txn(task.pk, op.attempt_id)
                 op.save(force_insert=True)
                 _, row = event_append_txn(
                     task_id=task.pk,

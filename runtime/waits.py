@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from runtime.actors import SWEEPER, Actor
 from runtime.approvals import approval_renew, approval_transform_txn
+from runtime.attempts import attempt_bound, attempt_unmoved_txn
 from runtime.cancellation import task_cancel
 from runtime.crashpoints import crash_point
 from runtime.errors import (
@@ -83,9 +84,20 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
 
     Both this and ``runtime.signals.signal_send`` read the other's rows only after taking the
     task's row lock, so a signal that arrives while the wait is being registered is either seen
-    here (buffered) or sees the wait there (delivered), never neither.
+    here (buffered) or sees the wait there (delivered), never neither. Like a tool operation, the
+    wait binds to the attempt read under that lock (runtime.attempts): a new attempt committed
+    meanwhile makes the proposal start over under it, so the wait is the new attempt's, under its
+    key, and a repeated request finds it.
     """
     seconds = _validate(spec)
+    return attempt_bound(lambda: _propose(actor, task_id, spec, seconds))
+
+
+def _propose(
+    actor: Actor, task_id: str, spec: OperationSpec, seconds: int
+) -> tuple[Operation, bool]:
+    """One try of ``wait_propose``; raises AttemptMoved, having written nothing, when the task's
+    current attempt, read under its lock, is not the one read before it."""
     task = (
         Task.objects.filter(task_scope(actor), pk=task_id).select_related("current_attempt").first()
     )
@@ -94,6 +106,7 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
     can_propose(actor, task)
     # Like a tool operation's: a new attempt is a new pursuit, so its waits are new waits.
     attempt = task.current_attempt.number if task.current_attempt else 1
+    crash_point("wait.attempt_read")
     derived = (
         ""
         if spec.idempotency_key
@@ -142,6 +155,9 @@ def wait_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Opera
                 deadline=task.deadline,
             )
             crash_point("wait.before_register")
+            # The attempt its key and row were made for, read again under the task's lock (the
+            # wait's own row is nobody else's yet, so the lock order holds).
+            attempt_unmoved_txn(task.pk, op.attempt_id)
             _, row = event_append_txn(
                 task_id=task.pk,
                 type="operation.proposed",

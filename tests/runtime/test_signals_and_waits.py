@@ -12,11 +12,13 @@ from django.db import connection
 from django.utils import timezone
 
 from runtime import crashpoints
+from runtime.attempts import attempt_create
 from runtime.models import Event, Operation, OutboxMessage, Signal
 from runtime.signals import signal_send
 from runtime.sweeper import sweep_once
 from runtime.waits import wait_sweep
 from tests import factories
+from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
 
 
@@ -336,8 +338,6 @@ def test_an_expired_wait_of_an_ended_task_is_not_renewed():
 
 @pytest.mark.django_db
 def test_a_new_attempt_waits_anew_under_its_own_key():
-    from runtime.attempts import attempt_create
-
     owner = factories.agent()
     task = factories.task(owner)
     first = _wait(owner, task, step="confirm")
@@ -346,3 +346,71 @@ def test_a_new_attempt_waits_anew_under_its_own_key():
     assert second.pk != first.pk
     assert second.idempotency_key != first.idempotency_key
     assert second.attempt_id != first.attempt_id
+
+
+def _wait_over_rest(owner, task, key: str | None) -> Operation:
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    response = owner.client().post(
+        f"/api/v1/tasks/{task.pk}/operations",
+        {"kind": "wait_signal", "step": "confirm", "signal": "approved-by-customer"},
+        format="json",
+        **headers,
+    )
+    assert response.status_code in (200, 201), response.content
+    return Operation.objects.get(pk=response.json()["id"])
+
+
+@pytest.mark.postgres  # real concurrent transactions: PostgreSQL row locks
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["service", "rest", "rest-keyed"])
+@pytest.mark.parametrize("window", ["attempt-holds-the-task", "attempt-commits-after-the-read"])
+def test_a_wait_racing_a_new_attempt_lands_in_it_and_a_repeat_finds_it(path, window):
+    """Issue 34 N3, the proposal race fixed for tools (test_one_writer_edges, R9) for waits: the
+    wait read the task's attempt 1, then attempt 2 committed before the wait took the task's
+    lock, either because attempt 2 held the task row (uncommitted) while the wait's insert waited
+    for it, or because attempt 2 committed whole while the wait was held just after its read.
+    Before, the wait was booked in the ended attempt 1 under attempt 1's key, and the same request
+    repeated created a second wait under attempt 2's. Now it lands in attempt 2 and a repeat
+    (again over REST when it came that way; a keyed request proposes again in the request's own
+    transaction) returns it: one wait."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    first = task.current_attempt_id
+
+    def propose() -> Operation:
+        if path == "service":
+            return _wait(owner, task, step="confirm")
+        return _wait_over_rest(owner, task, "wait-race" if path == "rest-keyed" else None)
+
+    if window == "attempt-holds-the-task":
+        with gate_at("attempt.before_commit", "attempt") as gate:
+            starter, started = in_thread(lambda: attempt_create(owner.actor, task.pk), "attempt")
+            assert gate.reached.wait(30), "the attempt never reached its commit"
+            waiter, waited = in_thread(propose, "waiter")
+            wait_until_blocked_on_a_lock("the wait to wait for the task row")
+            gate.release()
+            starter.join(30)
+            waiter.join(30)
+    else:
+        with gate_at("wait.attempt_read", "waiter") as gate:
+            waiter, waited = in_thread(propose, "waiter")
+            assert gate.reached.wait(30), "the wait never read the attempt"
+            starter, started = in_thread(lambda: attempt_create(owner.actor, task.pk), "attempt")
+            starter.join(30)
+            assert started.done(), "the new attempt waited for the wait's proposal"
+            gate.release()
+            waiter.join(30)
+
+    attempt = started.result(timeout=1)
+    op = waited.result(timeout=1)
+    assert attempt.pk != first
+    op.refresh_from_db()
+    assert op.attempt_id == attempt.pk
+    again = (
+        _wait(owner, task, step="confirm")
+        if path == "service"
+        else _wait_over_rest(owner, task, None)
+    )
+    assert again.pk == op.pk
+    assert Operation.objects.filter(task=task, kind="wait_signal").count() == 1
+    assert Event.objects.filter(operation_id=op.pk, type="operation.proposed").count() == 1
