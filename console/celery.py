@@ -49,7 +49,8 @@ app.conf.update(
     accept_content=["json"],
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
-    include=["runtime.worker"],
+    # console.worker_logs: the worker's own output as the settings' logging has it.
+    include=["runtime.worker", "console.worker_logs"],
     # Celery's Django fixup closes every database connection after every task unless this is
     # set, so each operation paid for a new PostgreSQL connection (a backend fork). Connections
     # are kept (closed after this many tasks x 2 by the fixup, and earlier by Django's own

@@ -6,6 +6,7 @@ a piece of work is bound (runtime.logcontext) carries its ids."""
 from __future__ import annotations
 
 import logging
+import logging.config
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,14 @@ def json_formatter() -> logging.Formatter:
             structlog.processors.JSONRenderer(),
         ],
     )
+
+
+def logging_configure(config: dict[str, Any]) -> None:
+    """Django's LOGGING_CONFIG: the settings' LOGGING applied as Django's default does, and
+    Python's warnings logged (``py.warnings``) instead of written to stderr as they are, so that
+    under LOG_FORMAT=json a warning is a JSON line too (Django no longer captures them)."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)
 
 
 Handler = Callable[[HttpRequest], HttpResponse]

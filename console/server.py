@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     # By module name, not __main__'s: with several processes uvicorn hands them to its workers.
     from console.server import ContractH11Protocol, ContractWebSocketProtocol  # noqa: PLC0415 (by module name, for uvicorn's spawned workers)
 
+    json_logs = settings.LOG_FORMAT == "json"
     uvicorn.run(
         "console.asgi:application",
         host=args.host,
@@ -170,8 +171,10 @@ def main(argv: list[str] | None = None) -> None:
         server_header=False,
         lifespan="off",
         log_level=os.environ.get("WEB_LOG_LEVEL", "info"),
-        # LOG_FORMAT=json: uvicorn's own lines go through the settings' JSON formatter too.
-        log_config=None if settings.LOG_FORMAT == "json" else uvicorn.config.LOGGING_CONFIG,
+        # LOG_FORMAT=json: uvicorn's own lines go through the settings' JSON formatter too, in
+        # every process: the parent of several (which never loads the app, so never runs
+        # django.setup()) is given the settings' LOGGING here.
+        log_config=settings.LOGGING if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
 
 

@@ -487,6 +487,7 @@ SPECTACULAR_SETTINGS = {
 # LOG_FORMAT=json: one JSON object per line (console.logformat); otherwise human-readable lines.
 # Either way a line about a piece of work carries its task, attempt, operation and execution ids.
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
+LOGGING_CONFIG = "console.logformat.logging_configure"  # dictConfig, and warnings logged
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -504,7 +505,12 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
-    "loggers": {"runtime": {"level": os.environ.get("RUNTIME_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "runtime": {"level": os.environ.get("RUNTIME_LOG_LEVEL", "INFO")},
+        # Django's default gives "django" a handler of its own (with DEBUG=1: a second, plain
+        # line for each record); its records reach the root's handler like any other.
+        "django": {"level": "INFO", "handlers": []},
+    },
 }
 
 SESSION_COOKIE_HTTPONLY = True

@@ -39,8 +39,8 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
         interval = float(settings.SWEEP_SECONDS)
-        self.stdout.write(f"beat: sweeping every {interval:g}s\n")
-        self.stdout.flush()
+        # A log record, not a print: with LOG_FORMAT=json every line of this process is JSON.
+        log.info("beat: sweeping every %gs", interval)
         while not stop.is_set():
             started = time.monotonic()
             try:

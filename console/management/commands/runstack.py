@@ -11,6 +11,7 @@ every process's output on the terminal."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
@@ -29,6 +30,11 @@ from console.supervisor import Supervisor
 from runtime.accounts import console_user_create
 from runtime.actors import ROLES
 from runtime.tokens import token_issue_for_agent
+
+log = logging.getLogger("console.runstack")
+# Its announcement (where the logs are, the accounts, the URL) is for whoever starts the stack,
+# whatever LOG_LEVEL keeps from the rest.
+log.setLevel(logging.INFO)
 
 
 class Command(BaseCommand):
@@ -119,7 +125,7 @@ class Command(BaseCommand):
         supervisor = Supervisor(
             {name: cmd for name, cmd in commands.items() if name in only},
             env,
-            log=lambda line: self.stderr.write(line),
+            log=self._say,
             log_dir=log_dir,
         )
         if "web" in only:
@@ -132,7 +138,18 @@ class Command(BaseCommand):
             self._announce(banner)
         sys.exit(supervisor.run())
 
+    def _say(self, line: str) -> None:
+        """The supervisor's own lines (a process restarted, the stack stopping): with
+        LOG_FORMAT=json log records like its children's lines, so every line is JSON."""
+        if settings.LOG_FORMAT == "json":
+            log.warning("%s", line)
+        else:
+            self.stderr.write(line)
+
     def _announce(self, lines: list[str]) -> None:
+        if settings.LOG_FORMAT == "json":
+            log.info("%s", "\n".join(lines))
+            return
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
 
