@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import ParseResult, urlparse
+from urllib.parse import ParseResult, unquote, urlparse, urlsplit
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 import asyncio
 import io
+import json
+import logging
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -50,10 +52,26 @@ class SyncChainASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        scope = _origin_form(scope)
+        if not scope["path"].startswith("/"):
+            # "OPTIONS *", "CONNECT host:port", "GET ftp://...": no path names a page or a
+            # route; refused as the server refuses a target it cannot parse.
+            await _refused(send, 400, "malformed_request", "the request target is not a path")
+            return
+        answer = _Answer(send)
         executor = _threads.take()
         try:
             async with ThreadSensitiveContext(executor=executor):
-                await self.handle(scope, receive, send)
+                await self.handle(scope, receive, answer)
+        except Exception:
+            # A failure outside Django's own handling, which would have made it a 500 in the
+            # contract's format (the principal looked up from the head while the database is
+            # away, ...): uvicorn would answer it in text/plain. An answer already begun is cut
+            # off, as uvicorn does.
+            if answer.begun:
+                raise
+            log.exception("request failed before its answer: %s %s", scope["method"], scope["path"])
+            await _server_error(scope, send)
         finally:
             _threads.give(executor)
 
@@ -238,6 +256,71 @@ class _Capped:
 _ADMISSION = "console.admission"  # the scope key for what console.edge decided
 
 
+class _Answer:
+    """The server's send, noting whether the answer has begun."""
+
+    __slots__ = ("begun", "send")
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.begun = False
+
+    async def __call__(self, message: Mapping[str, Any]) -> None:
+        self.begun = True
+        await self.send(message)
+
+
+async def _server_error(scope: Mapping[str, Any], send: Any) -> None:
+    """The 500 console.web.views.server_error gives, without Django (whatever failed may fail
+    again): the contract's JSON under /api/ (and for /healthz), a bare page otherwise."""
+    path = scope["path"]
+    if path.startswith("/api/") or path == "/healthz":
+        await _refused(send, 500, "internal_error", "internal server error")
+        return
+    body = b"<!doctype html><title>Server error</title><h1>Server error</h1>"
+    await _send_whole(send, 500, b"text/html; charset=utf-8", body)
+
+
+async def _refused(send: Any, status: int, code: str, message: str) -> None:
+    body = json.dumps(error_body(code, message)).encode()
+    await _send_whole(send, status, b"application/json", body)
+
+
+async def _send_whole(send: Any, status: int, content_type: bytes, body: bytes) -> None:
+    """An answer of the server's own, the connection closed after it."""
+    headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _origin_form(scope: dict[str, Any]) -> dict[str, Any]:
+    """A request-target in absolute form (``GET http://host/api/v1/tasks``, which an HTTP/1.1
+    server must accept, RFC 9112 3.2.2) as the origin form Django routes: its path, and the
+    target's host in place of the Host header, as the RFC says (so ALLOWED_HOSTS judges the
+    host the target names). uvicorn hands the whole URL on as the path, which names no route:
+    a page's 404, even for an API URL. Any other target is left as it came."""
+    if scope["path"].startswith("/"):
+        return scope
+    raw = scope.get("raw_path") or scope["path"].encode()
+    url = urlsplit(raw.decode("latin1"))  # h11 lets only ASCII through
+    if url.scheme.lower() not in ("http", "https") or not url.netloc:
+        return scope
+    raw_path = url.path or "/"
+    host = url.netloc.rpartition("@")[2]  # without any userinfo
+    headers = [(k, v) for k, v in scope["headers"] if k != b"host"]
+    return {
+        **scope,
+        "path": unquote(raw_path),
+        "raw_path": raw_path.encode("latin1"),
+        "headers": [(b"host", host.encode("latin1")), *headers],
+    }
+
+
 def _with_length(scope: Mapping[str, Any], size: int) -> dict[str, Any]:
     headers = [
         (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")
@@ -248,6 +331,9 @@ def _with_length(scope: Mapping[str, Any], size: int) -> dict[str, Any]:
 django.setup(set_prefix=False)
 
 from console import edge  # noqa: E402
+from console.api.errors import error_body  # noqa: E402
+
+log = logging.getLogger("console.asgi")
 
 django_asgi_app = SyncChainASGIHandler()
 

@@ -5,6 +5,9 @@ a correct reason phrase, and a head too large is 431 rather than a dropped conne
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 
 import pytest
 from django.test import Client
@@ -12,6 +15,7 @@ from django.test import Client
 from runtime.models import Task
 from tests import factories
 from tests.api.support import raw_http, request_bytes
+from tests.conftest import ROOT, Server, free_port, service_env, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -314,3 +318,108 @@ def test_a_server_worker_process_pools_its_connections():
     assert loaded(CONSOLE_WEB_SERVER="1", DB_POOL_MAX="7") == "console.pgpool 0 7"
     # service_env's CONN_MAX_AGE=0; no pool
     assert loaded() == "django.db.backends.postgresql 0 None"
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _unchunked(headers: dict[str, str], body: bytes) -> bytes:
+    """The body of a chunked answer (Django's answer to a Host it refuses has no length)."""
+    if headers.get("transfer-encoding") != "chunked":
+        return body
+    whole = b""
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if int(size, 16) == 0:
+            return whole
+        whole, body = whole + body[: int(size, 16)], body[int(size, 16) + 2 :]
+
+
+def _port(server_url: str) -> int:
+    return int(server_url.rsplit(":", 1)[1])
+
+
+def _target(target: str, headers: dict[str, str] | None = None) -> bytes:
+    """GET with ``target`` as the request-target, byte for byte (request_bytes takes a path)."""
+    lines = [f"GET {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin1")
+
+
+def test_an_absolute_form_target_is_routed_by_its_path_and_host(server):
+    """RFC 9112 3.2.2: a server accepts ``GET http://host/path``, and the target's host stands
+    in for the Host header. uvicorn passed the whole URL on as the path, which named no route:
+    an API URL got a page's 404 in HTML."""
+    owner = factories.agent()
+    port = _port(server.url)
+    status, reason, headers, body = raw_http(
+        server.url, _target(f"http://127.0.0.1:{port}/api/v1/nope?x=1", owner.headers)
+    )
+    assert (status, reason) == (404, "Not Found")
+    assert _error(status, reason, headers, body)["code"] == "not_found"
+    # Served by its route, as its path says.
+    status, _, headers, body = raw_http(
+        server.url, _target(f"http://127.0.0.1:{port}/api/v1/tasks", owner.headers)
+    )
+    assert status == 200 and json.loads(body)["results"] == [], body[:300]
+    # The host the target names is the one judged (Host: 127.0.0.1 is ignored): refused.
+    status, reason, headers, body = raw_http(
+        server.url, _target("http://evil.example/api/v1/tasks", owner.headers)
+    )
+    assert (status, reason) == (400, "Bad Request")
+    _error(status, reason, headers, _unchunked(headers, body))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OPTIONS * HTTP/1.1",
+        "CONNECT 127.0.0.1:80 HTTP/1.1",
+        "GET ftp://127.0.0.1/api/v1/tasks HTTP/1.1",
+    ],
+    ids=["asterisk", "authority", "not-http-url"],
+)
+def test_a_target_that_is_not_a_path_is_400_in_the_error_format(server, line):
+    """They were answered as an unknown page: a 404 in HTML."""
+    data = f"{line}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+    status, reason, headers, body = raw_http(server.url, data)
+    assert (status, reason) == (400, "Bad Request")
+    assert _error(status, reason, headers, body)["code"] == "malformed_request"
+
+
+def test_a_failure_before_django_answers_is_a_500_in_the_error_format(tmp_path):
+    """A request with a body has its principal looked up from its head before Django's
+    handler runs (console.edge): with the database away that lookup fails, and uvicorn
+    answered the exception itself, in text/plain. Django's own 500 (a request without a body)
+    was already the contract's."""
+    port = free_port()
+    log = tmp_path / "web.log"
+    env = service_env(DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/nowhere")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "console.server", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        wait_for(
+            lambda: _listening(port),
+            timeout=60,
+            what=f"the server to listen:\n{log.read_text()[-3000:]}",
+        )
+        token = {"Authorization": "Bearer ac_000000000000_" + "x" * 43}
+        data = request_bytes("POST", "/api/v1/tasks", b'{"name": "x"}', token)
+        status, reason, headers, body = raw_http(server.url, data)
+        assert (status, reason) == (500, "Internal Server Error"), body[:300]
+        assert _error(status, reason, headers, body)["code"] == "internal_error"
+    finally:
+        server.stop()
+    assert "request failed before its answer: POST /api/v1/tasks" in log.read_text()
