@@ -206,20 +206,18 @@ def _rehold_txn(op: Operation, now: datetime) -> None:
 
 
 def _ledger_refused(operation_id: str, now: datetime, *, actor: str) -> Refusal:
-    """The ledger cannot hold another call: the work stops here. Where an earlier call may have
-    had an effect nobody confirmed (its usage unknown), a person decides; where every earlier
-    call's outcome is known (a retry after confirmed failures), the work failed."""
+    """The ledger cannot hold another call: the work stops here. It failed where every earlier
+    call's outcome is known (a retry after confirmed failures); where an earlier call may have
+    had an effect nobody confirmed (its usage unknown), the writer hands it to a person instead
+    (runtime.statemachine's possible-effect rule)."""
     with transaction.atomic():
         op = Operation.objects.select_related("task").filter(pk=operation_id).first()
         if op is None or op.status not in S.CLAIMABLE:
             return Refusal("another claimant won")
         reason = "budget exhausted: the ledger cannot hold another call"
-        possible_effect = contract_of(op.tool) != Contract.PURE and bool(
-            unconfirmed_calls_txn([op.pk])
-        )
         return _settle_or_refuse(
             op,
-            S.UNRESOLVED if possible_effect else S.FAILED,
+            S.FAILED,
             now=now,
             actor=actor,
             reason=reason,
@@ -342,6 +340,8 @@ def _claim_txn(
             )
             return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=reason)
     if op.attempts_used >= op.max_attempts:
+        # (Where an earlier call's outcome is unconfirmed, the writer makes it ``unresolved``:
+        # runtime.statemachine's possible-effect rule.)
         return _settle_or_refuse(
             op,
             S.UNRESOLVED if cleanup else S.FAILED,
@@ -427,7 +427,10 @@ def operation_settle_txn(
 ) -> None:
     """Settle work that is not running (cancelled, expired, refused, exhausted): the guarded
     transition, its announcements consumed, and whatever the settling sets in motion (a
-    stopping task may now be quiescent). Inside the caller's transaction."""
+    stopping task may now be quiescent). Inside the caller's transaction. An ending over a call
+    whose outcome is unconfirmed is written ``unresolved`` by the writer (its possible-effect
+    rule); the holds released here are only those still held, so what a lost call held stays
+    ``unknown`` for the person who resolves it."""
     transitioned = operation_transition_txn(
         op,
         target,

@@ -63,7 +63,12 @@ from runtime.plants import planted
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.specs import OperationSpec
-from runtime.statemachine import operation_transition_txn, rejection_record, status_deltas
+from runtime.statemachine import (
+    fast_ending_allowed,
+    operation_transition_txn,
+    rejection_record,
+    status_deltas,
+)
 from runtime.stoprule import stop_target, task_stopping, unconfirmed_calls_txn
 from runtime.tasks import (
     given_key_validate,
@@ -600,9 +605,12 @@ def _accept_fast_txn(
     decision = report_decision(
         snapshot, report, adapter=adapters().get(snapshot.tool), stopping=False, now=now, rng=rng
     )
-    if decision.target == S.UNRESOLVED:
+    if decision.target == S.UNRESOLVED or not fast_ending_allowed(
+        snapshot, decision.target, decision.invocation_outcome
+    ):
         # Rare, and a person must hear of it: the general path's writer notes it
-        # (runtime.statemachine, runtime.notify_events).
+        # (runtime.statemachine, runtime.notify_events); an ending after an earlier call is
+        # the writer's to decide (its possible-effect rule reads the calls).
         return None
     accepted = hotpath.accept_txn(
         snapshot,
@@ -753,6 +761,15 @@ def _apply_report_txn(
     }
     if decision.status_reason is not None:
         fields["status_reason"] = decision.status_reason
+    # The reported call's outcome first: the writer's possible-effect rule reads the calls, and
+    # this one is confirmed (or not) by this very report. The operation's row is held (read
+    # for update above), so no other writer sees the call answered before the transition.
+    Invocation.objects.filter(operation=op, lease_generation=generation).update(
+        outcome=decision.invocation_outcome,
+        finished_at=now,
+        receipt=decision.receipt,
+        provider_handle=decision.provider_handle[:300],
+    )
     transitioned = operation_transition_txn(
         op,
         decision.target,
@@ -761,12 +778,6 @@ def _apply_report_txn(
         lease_generation=generation,
         actor=actor,
         data=decision.data,
-    )
-    Invocation.objects.filter(operation=op, lease_generation=generation).update(
-        outcome=decision.invocation_outcome,
-        finished_at=now,
-        receipt=decision.receipt,
-        provider_handle=decision.provider_handle[:300],
     )
     # Limits: observed usage replaces the hold (once per invocation; unknown stays apart).
     _settle_budget_txn(op, report, decision, now=now, actor=actor)
@@ -872,8 +883,13 @@ def operations_report_batch(
         for op, report in reports
     ]
     # An unresolved outcome goes through the one-operation path below, whose writer notes it
-    # for support staff (runtime.notify_events).
-    decided = [(op, d) for op, d in decided if d.target != S.UNRESOLVED]
+    # for support staff (runtime.notify_events), as does an ending the writer's possible-effect
+    # rule must decide (runtime.statemachine.fast_ending_allowed).
+    decided = [
+        (op, d)
+        for op, d in decided
+        if d.target != S.UNRESOLVED and fast_ending_allowed(op, d.target, d.invocation_outcome)
+    ]
 
     def accept() -> set[str]:
         try:

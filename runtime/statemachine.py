@@ -6,6 +6,9 @@ event, in the caller's transaction.
 
 Zero rows is a rejection (``TransitionRejected``): the caller records the rejected observation;
 nothing is ever overwritten.
+
+It also owns one rule every ending obeys, whoever asks for it: a possible effect is never ended
+as anything but ``unresolved`` except by a person resolving it (``operation_transition_txn``).
 """
 
 from __future__ import annotations
@@ -20,13 +23,31 @@ from django.utils import timezone
 
 from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
-from runtime.errors import StaleLease, TransitionRejected
+from runtime.errors import Conflict, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Approval, Attempt, Operation, RejectedObservation, Task
 from runtime.notify_events import task_failed_noticed_txn, unresolved_noticed_txn
+from runtime.stoprule import CONFIRMED_OUTCOMES, unconfirmed_calls_txn
+from runtime.tools import Contract, contract_of
 from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus, TaskOutcome
 
 S = OperationStatus
+
+# The endings that assert what became of the work (it failed, ran out of time, was called off)
+# and so may not be written over a call whose effect nobody confirmed. ``succeeded`` asserts the
+# effect, ``unresolved`` hands it to a person, ``compensated`` says it was undone; the other
+# statuses are not endings (``manual_intervention`` is already with a person).
+ENDINGS_NEEDING_CONFIRMATION = (S.FAILED, S.EXPIRED, S.CANCELLED)
+# The journal event of an ending held back for a person (the ending asked for is in its data).
+ENDED_UNCONFIRMED_EVENT = "operation.ended_unconfirmed"
+UNCONFIRMED_NOTE = "a call's outcome is unconfirmed: a person decides"
+
+
+class PossibleEffect(Conflict):
+    """A call of this operation may have had an effect nobody confirmed, and the operation's
+    status has no way to a person's hands (``unresolved``): it cannot be ended this way."""
+
+    code = "possible_effect"
 
 
 def status_deltas(source: str | None, target: str | None) -> tuple[int, int, int]:
@@ -54,6 +75,59 @@ class Transitioned:
     event_seq: int
 
 
+def ending_needs_calls_read(op: Operation, target: str) -> bool:
+    """Whether moving ``op`` to ``target`` must first read its calls (the rule of
+    ``operation_transition_txn``): an ending that asserts what became of the work, of a tool
+    that is not pure, that has made a call, and not a person's resolution (only people move an
+    ``unresolved`` operation). Pure, on the operation as read; no statement."""
+    return (
+        target in ENDINGS_NEEDING_CONFIRMATION
+        and op.status != S.UNRESOLVED
+        and op.attempts_used > 0
+        and contract_of(op.tool) != Contract.PURE
+    )
+
+
+def fast_ending_allowed(op: Operation, target: str, call_outcome: str) -> bool:
+    """Whether a one-statement form (runtime.hotpath), which writes ``target`` with the outcome
+    ``call_outcome`` of the call it reports and reads no other call, writes what the rule would:
+    yes unless the rule applies and either that outcome is unconfirmed or an earlier call exists
+    (``op`` is the claim's snapshot: its ``attempts_used`` numbers the reported call). When not,
+    the caller declines to the general path, whose writer applies the rule."""
+    if not ending_needs_calls_read(op, target):
+        return True
+    return op.attempts_used <= 1 and call_outcome in CONFIRMED_OUTCOMES
+
+
+def _held_for_a_person(
+    operation: Operation,
+    target: str,
+    fields: dict[str, Any],
+    data: dict[str, Any],
+    event_type: str | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields and event data of ``target`` asked for and ``unresolved`` written instead: the
+    caller's reason kept, the unconfirmed call noted, nothing left to retry."""
+    if not OPERATION.allows(operation.status, S.UNRESOLVED):
+        raise PossibleEffect(
+            f"operation {operation.pk} may have had an effect nobody confirmed; it cannot go "
+            f"from {operation.status} to {target}",
+            operation=operation.pk,
+        )
+    reason = str(fields.get("status_reason") or data.get("reason") or f"ended {target}")
+    reason = f"{reason}; {UNCONFIRMED_NOTE}"
+    held = {
+        **fields,
+        "status_reason": reason,
+        "error": {"kind": "unknown", "message": reason, "ending": target},
+        "next_attempt_at": None,
+    }
+    noted = {**data, "reason": reason, "ending": target}
+    if event_type:
+        noted["ending_event"] = event_type
+    return held, noted
+
+
 def operation_transition_txn(
     operation: Operation,
     target: str,
@@ -74,8 +148,30 @@ def operation_transition_txn(
     in the same statement so nothing can change between the check and the write. Raises
     ``InvalidTransition`` for an edge the table lacks and ``TransitionRejected`` (or
     ``StaleLease`` when fenced) when the row has moved on; on success updates ``operation`` in
-    place. Locks: the operation row, then (through the journal) the task row: the global order.
+    place (read ``operation.status`` for what was written). Locks: the operation row, then
+    (through the journal) the task row: the global order.
+
+    The possible-effect rule, applied here so no caller can forget it: an ending that asserts
+    what became of the work (``failed``, ``expired``, ``cancelled``) of a tool that is not pure,
+    while a call of it has an outcome nobody confirmed (``runtime.stoprule.unconfirmed_calls_txn``:
+    lost with its lease, unknown, terminated, never reported), is written as ``unresolved``
+    instead, whoever asks (a worker, the sweeper, a claim, a cancel, a person abandoning work):
+    the caller's reason is kept with the note, the journal event is ``operation.ended_unconfirmed``
+    (the ending asked for in its data), support staff are told, and nothing touches the budget
+    here, so what the lost call held stays ``unknown`` until a person resolves it. Only a
+    person's resolution (a move out of ``unresolved``) may end it otherwise. Where the status has
+    no edge to ``unresolved`` the ending is refused (``PossibleEffect``, 409). It redirects
+    rather than refuses so that a machine's caller (a claim finding no attempt left, a sweep)
+    cannot leave the work stranded by failing; it says so by the status it writes.
+    A reporter must record its own call's outcome before this call (in the same transaction),
+    or its call counts as unconfirmed. The calls are read before the guarded UPDATE: a report or
+    takeover that changes them meanwhile also moves the state version, so the UPDATE refuses.
     """
+    fields = dict(fields or {})
+    data = dict(data or {})
+    if ending_needs_calls_read(operation, target) and unconfirmed_calls_txn([operation.pk]):
+        fields, data = _held_for_a_person(operation, target, fields, data, event_type)
+        target, event_type = S.UNRESOLVED, ENDED_UNCONFIRMED_EVENT
     name = OPERATION.check(operation.status, target)
     guard: dict[str, Any] = {
         "pk": operation.pk,
@@ -85,7 +181,7 @@ def operation_transition_txn(
     }
     if lease_generation is not None:
         guard["lease_generation"] = lease_generation
-    values = dict(fields or {})
+    values = fields
     touched = Operation.objects.filter(**guard).update(
         status=target, state_version=F("state_version") + 1, updated_at=now, **values
     )
@@ -104,7 +200,7 @@ def operation_transition_txn(
         if not hasattr(value, "resolve_expression"):
             setattr(operation, key, value)
     payload = {"from": source, "to": target, "status": target}
-    payload.update(data or {})
+    payload.update(data)
     event, task = event_append_txn(
         task_id=operation.task_id,
         type=event_type or f"operation.{name}",
