@@ -39,9 +39,22 @@ def _valid_key(key: str) -> bool:
 def request_begin(
     *, principal: str, key: str, method: str, path: str, body_hash: str
 ) -> IdempotentRequest | Replay:
-    """Claim the key for a first request, or return the stored response to replay."""
+    """Claim the key for a first request, or return the stored response to replay. The record
+    is written (in progress) and committed at once, before the request runs: for a request that
+    runs outside one transaction (a handler that calls a receiver), and on SQLite."""
     if not _valid_key(key):
         raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
+    identity = {"method": method, "path": path, "body_hash": body_hash}
+    if request_in_one_commit():
+        # PostgreSQL: under the key's advisory lock, as a request run in one commit takes it
+        # (request_claim_txn). That request writes its record only with its response, so
+        # without the lock this record could be written while it runs, and one key would
+        # carry two requests: both would act, and its own record's insert would fail (a 500).
+        with transaction.atomic():
+            claimed = request_claim_txn(principal=principal, key=key, **identity)
+            if claimed is not None:
+                return claimed
+            return IdempotentRequest.objects.create(principal=principal, key=key, **identity)
     # A holder can free the key between our failed insert and our read (its request was
     # refused): then the key is free again and we try to claim it once more.
     for _ in range(3):
@@ -75,7 +88,8 @@ def request_claim_txn(
     the key costs no commit of its own. Returns None (or an abandoned record to finish) when the
     request should run, a Replay when it ran before.
 
-    Preconditions: inside ``atomic(durable=True)`` on PostgreSQL."""
+    Preconditions: on PostgreSQL, inside the request's ``atomic(durable=True)`` (or the short
+    transaction in which ``request_begin`` writes its record under the same lock)."""
     if not _valid_key(key):
         raise InvalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
     # One round trip: the lock, then the record read in a snapshot taken once the lock is held
