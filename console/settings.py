@@ -321,6 +321,9 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # Demo tools (simulated receivers and fault knobs): on unless production, overridable.
 DEMO_TOOLS = os.environ.get("DEMO_TOOLS", "0" if PRODUCTION else "1") == "1"
+# A team's own tools (docs/tools.md): import paths, comma-separated, loaded at start by every
+# process (runtime.tools.loading), with the entry points of the group ``agent_console.tools``.
+TOOL_MODULES = [m.strip() for m in os.environ.get("TOOL_MODULES", "").split(",") if m.strip()]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

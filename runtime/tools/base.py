@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -162,12 +163,47 @@ _REGISTRY: dict[str, ToolAdapter] = {}
 _VISIBLE: dict[bool, dict[str, ToolAdapter]] = {}
 
 
+# While runtime.tools.loading imports a user's tool module, ``register`` sets its tools aside
+# here: the loader checks them all before any joins the registry (all or none).
+_captured: list[ToolAdapter] | None = None
+
+
 def register(adapter: ToolAdapter) -> ToolAdapter:
+    """Add a tool to this process's catalogue. The console's own modules call it at import;
+    a team's tool modules call it when the console loads them (docs/tools.md)."""
     if not adapter.name:
         raise ValueError("a tool adapter needs a name")
+    if _captured is not None:
+        _captured.append(adapter)
+        return adapter
     _REGISTRY[adapter.name] = adapter
     _VISIBLE.clear()
     return adapter
+
+
+@contextmanager
+def registrations_captured() -> Iterator[list[ToolAdapter]]:
+    """Within, ``register`` collects into the list yielded instead of registering (the loader
+    of user tools); nothing joins the registry."""
+    global _captured
+    if _captured is not None:
+        raise RuntimeError("tool registrations are already being captured")
+    _captured = []
+    try:
+        yield _captured
+    finally:
+        _captured = None
+
+
+def registry_extend(batch: Sequence[ToolAdapter]) -> None:
+    """Add tools checked together (runtime.tools.loading) in one step."""
+    _REGISTRY.update({adapter.name: adapter for adapter in batch})
+    _VISIBLE.clear()
+
+
+def registered(name: str) -> bool:
+    """Whether any tool, visible or not (demo tools with DEMO_TOOLS off), has this name."""
+    return name in _REGISTRY
 
 
 def adapters() -> dict[str, ToolAdapter]:
