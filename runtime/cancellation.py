@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from runtime.actors import SWEEPER, Actor
 from runtime.budgets import child_settle_txn
+from runtime.children import child_settle_due_txn, children_settle_due_ids
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused
 from runtime.leases import cancel_requested_txn, operation_stop_txn
-from runtime.models import BudgetHold, Operation, Task
+from runtime.models import Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
 from runtime.statemachine import task_transition_txn
@@ -239,19 +240,14 @@ def children_sweep(now: datetime | None = None, batch: int = 100) -> int:
     )
     for parent_id in stopped_parents:
         done += children_cancel(parent_id, actor=SWEEPER, reason="cancelled with its parent")
-    unsettled = list(
-        BudgetHold.objects.filter(
-            status=BudgetHold.HELD,
-            child_task__condition=TaskCondition.TERMINAL,
-            child_task__ops_active=0,
-        )
-        .values_list("child_task_id", flat=True)
-        .distinct()[:batch]
-    )
-    for child_id in unsettled:
+    for child_id in children_settle_due_ids(batch):
         with transaction.atomic():
-            child_settle_txn(child=Task.objects.get(pk=child_id), now=now)
-        done += 1
+            # Decided again under the child's lock, which every writer that could start spending
+            # in it (a compensation, a resolution) takes too.
+            child = Task.objects.select_for_update(no_key=True).get(pk=child_id)
+            if child_settle_due_txn(child.pk):
+                child_settle_txn(child=child, now=now)
+                done += 1
     waiting = list(
         Task.objects.filter(cancellation=Cancellation.ACKNOWLEDGED, ops_active=0)
         .filter(children__isnull=False)

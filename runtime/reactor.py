@@ -3,9 +3,10 @@ operation's settling sets in motion, above compensation, cancellation and child 
 
 - A compensation that succeeded marks its original ``compensated``.
 - A task that is stopping (or has ended) and has nothing active comes to rest: a cancelled task
-  becomes quiescent and terminal once its children are; an ended child's consumption replaces
-  its allocation in the parent's ledger and the parent is looked at; a task whose outcome asks
-  for compensation unwinds, one compensation at a time.
+  becomes quiescent and terminal once its children are; a task whose outcome asks for
+  compensation unwinds, one compensation at a time; an ended child whose spending is over (its
+  saga included) has its consumption replace its allocation in the parent's ledger, and the
+  parent is looked at.
 
 Every entry point that settles an operation (acceptance, the sweeper's takeover, a person's
 resolution, the stop watchdog) calls ``operation_settled_txn`` inside its transaction; a stop
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from runtime.actors import RUNTIME
 from runtime.budgets import child_settle_txn
-from runtime.children import children_live_txn
+from runtime.children import child_settle_due_txn, children_live_txn
 from runtime.compensation import saga_next_txn, saga_wanted
 from runtime.crashpoints import crash_point
 from runtime.events import TaskRow
@@ -51,9 +52,9 @@ def operation_settled_txn(op: Operation, task: TaskRow, *, now: datetime, actor:
 
 def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
     """Inside the caller's transaction, after any settling: a cancelled task with nothing active
-    (and no live child) becomes quiescent and terminal; an ended child settles in its parent's
-    ledger; an ended task that asked for compensation unwinds. ``actor`` is whoever's change let
-    the task come to rest."""
+    (and no live child) becomes quiescent and terminal; an ended task that asked for
+    compensation unwinds; an ended child whose spending is over settles in its parent's ledger.
+    ``actor`` is whoever's change let the task come to rest."""
     # Read under the task's lock (a no-op for callers that already hold it): two rests racing,
     # such as two children's endings both looking at their parent, serialise here and the
     # second finds the first's result instead of a stale version.
@@ -61,8 +62,6 @@ def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
     crash_point("rest.after_read")
     if task.ops_active:
         return
-    if task.parent_id is not None and task.condition == TaskCondition.TERMINAL:
-        child_ended_txn(task, now=now, actor=actor)
     if task.cancellation == Cancellation.ACKNOWLEDGED:
         if children_live_txn(task.pk):
             # Structured concurrency: a parent is quiescent only once its children are.
@@ -81,10 +80,14 @@ def task_rest_txn(task_id: str, *, now: datetime, actor: str) -> None:
             data={"reason": task.terminal_reason},
         )
         task.refresh_from_db()
-        if task.parent_id is not None:
-            child_ended_txn(task, now=now, actor=actor)
-    if task.condition == TaskCondition.TERMINAL and saga_wanted(task):
-        saga_next_txn(task.pk, now=now)
+    if task.condition != TaskCondition.TERMINAL:
+        return
+    # The saga first: a compensation it starts spends from this task's ledger, so an ended
+    # child settles in its parent's only after it (this runs again as the compensation settles).
+    if saga_wanted(task) and saga_next_txn(task.pk, now=now) is not None:
+        return
+    if task.parent_id is not None:
+        child_ended_txn(task, now=now, actor=actor)
 
 
 def parent_rest(parent_id: str, *, actor: str = RUNTIME) -> None:
@@ -105,10 +108,16 @@ def parent_rest(parent_id: str, *, actor: str = RUNTIME) -> None:
 
 
 def child_ended_txn(task: Task, *, now: datetime, actor: str) -> None:
-    """A child with nothing active ended: its consumption replaces its allocation's hold in the
-    parent's ledger, and the parent (maybe waiting for it) is looked at after commit.
-    Preconditions: inside the transaction that ended it (or found it ended), under its lock."""
-    child_settle_txn(child=task, now=now)
+    """A child with nothing active ended: once nothing in it can spend any more (its saga done,
+    nothing left unresolved, its own children settled: ``children.child_settle_due_txn``) its
+    consumption replaces its allocation's hold in the parent's ledger; the parent (maybe waiting
+    for it) is looked at after commit either way. A settlement put off here is made by the rest
+    that follows whatever ends the spending (a compensation's or a resolution's settling, a
+    grandchild's rest).
+    Preconditions: inside the transaction that ended it (or found it ended), under its lock,
+    after anything this transaction started in it."""
+    if child_settle_due_txn(task.pk):
+        child_settle_txn(child=task, now=now)
     parent_id = task.parent_id
     if parent_id is None:
         return
