@@ -21,7 +21,7 @@ from runtime.models import Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
 from runtime.statemachine import task_transition_txn
-from runtime.stoprule import stopping
+from runtime.stoprule import stop_covers, stopping
 from runtime.tasks import task_get
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
@@ -58,7 +58,7 @@ def _stop_covered_work_txn(
         .order_by("id")
     )
     for op in [*locked, *late]:
-        if op.status in _STOPPABLE and op.compensates_id is None:
+        if op.status in _STOPPABLE and stop_covers(op.compensates_id):
             operation_stop_txn(op, now=now, actor=actor, reason=reason)
     cancel_requested_txn(task.pk, locked, now=now, actor=actor, reason=reason)
 

@@ -46,9 +46,10 @@ from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.stoprule import (
     STOPPED_UNCONFIRMED_EVENT,
+    stop_asked,
+    stop_covers,
     stop_reason,
     stop_target,
-    stopping,
     task_stopping,
     unconfirmed_calls_txn,
 )
@@ -319,7 +320,7 @@ def _claim_txn(
         return Refusal("the retry is not due yet")
     task = op.task
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
-    cleanup = op.compensates_id is not None  # compensations outlive the stop they serve
+    cleanup = not stop_covers(op.compensates_id)  # compensations outlive the stop they serve
     if task_stopping(task) and not cleanup:
         # A stop is final: seen once, it holds (a claim that sees none re-checks under the lock).
         return _stop_or_refuse(op, now=now, actor=actor, reason=stop_reason(task))
@@ -475,7 +476,8 @@ def lease_heartbeat(
     operation_id: str, lease_generation: int, lease_token: str, now: datetime | None = None
 ) -> tuple[datetime, bool]:
     """Extend the lease under the caller's claim (generation and token); returns (new expiry,
-    cancel requested). Raises StaleLease when the claim is no longer the current one.
+    asked to stop: ``stoprule.stop_asked``, so a compensation is not asked to stop by its task's
+    stop). Raises StaleLease when the claim is no longer the current one.
 
     A heartbeat that commits before the sweeper's takeover keeps the lease: the takeover
     re-checks the expiry in its own statement."""
@@ -504,17 +506,23 @@ def lease_heartbeat(
             detail={},
         )
         raise StaleLease("the lease is not the current one", operation=operation_id)
-    cancel_requested, cancellation, condition, expires = row
+    cancel_requested, compensates_id, cancellation, condition, expires = row
     expires = db_datetime(expires)
     assert expires is not None
-    return expires, bool(cancel_requested) or stopping(cancellation, condition)
+    asked = stop_asked(
+        cancel_requested=bool(cancel_requested),
+        covered=stop_covers(compensates_id),
+        cancellation=cancellation,
+        condition=condition,
+    )
+    return expires, asked
 
 
 _HEARTBEAT_SQL = f"""
 UPDATE runtime_operation SET lease_expires_at = %(expires)s
 WHERE id = %(id)s AND status = '{S.RUNNING}' AND lease_generation = %(generation)s
   AND lease_token_digest = %(digest)s
-RETURNING cancel_requested,
+RETURNING cancel_requested, compensates_id,
   (SELECT cancellation FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
   (SELECT condition FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
   lease_expires_at
@@ -591,7 +599,7 @@ def _takeover_target(op: Operation, task: Task) -> tuple[str, str]:
             S.UNRESOLVED,
             "lease expired with the outcome unconfirmed; the receiver cannot be asked",
         )
-    if task_stopping(task) and op.compensates_id is None:
+    if task_stopping(task) and stop_covers(op.compensates_id):
         # No covered work is re-admitted for a stopping task, and the lost call is unconfirmed:
         # only a pure call is simply cancelled; any other outcome stays with a person.
         why = f"lease expired after the stop ({stop_reason(task)})"
@@ -637,7 +645,7 @@ def cancel_requested_txn(
     running = [
         (op.pk, op.state_version)
         for op in sorted(locked, key=lambda o: o.pk)
-        if op.status == S.RUNNING and op.compensates_id is None and not op.cancel_requested
+        if op.status == S.RUNNING and stop_covers(op.compensates_id) and not op.cancel_requested
     ]
     if not running:
         return []

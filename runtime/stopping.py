@@ -26,7 +26,7 @@ from runtime.leases import lease_token_digest
 from runtime.models import Invocation, Operation
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
-from runtime.stoprule import stop_target, stopping
+from runtime.stoprule import stop_asked, stop_covers, stop_target
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
@@ -36,16 +36,23 @@ OUTCOME_TERMINATED = "terminated"
 
 
 def cancel_seen(operation_id: str, lease_generation: int) -> bool:
-    """Whether the running call was asked to stop (read only: it extends no lease)."""
+    """Whether the running call was asked to stop (read only: it extends no lease), by the rule
+    the heartbeat answers with (``stoprule.stop_asked``): a compensation outlives its task's
+    stop, so the watch never ends one for it."""
     row = (
         Operation.objects.filter(pk=operation_id, lease_generation=lease_generation)
-        .values("status", "cancel_requested", "task__cancellation", "task__condition")
+        .values(
+            "status", "cancel_requested", "compensates_id", "task__cancellation", "task__condition"
+        )
         .first()
     )
     if row is None or row["status"] != S.RUNNING:
         return False
-    return bool(row["cancel_requested"]) or stopping(
-        row["task__cancellation"], row["task__condition"]
+    return stop_asked(
+        cancel_requested=bool(row["cancel_requested"]),
+        covered=stop_covers(row["compensates_id"]),
+        cancellation=row["task__cancellation"],
+        condition=row["task__condition"],
     )
 
 

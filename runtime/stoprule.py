@@ -44,7 +44,8 @@ class _TaskState(Protocol):
 
 def stopping(cancellation: str, condition: str) -> bool:
     """Whether a task in this state admits no covered work: its cancellation was requested, or
-    it has ended. Nothing is claimed, retried or re-pended for it except its compensations."""
+    it has ended. Nothing is claimed, retried or re-pended for it except its compensations
+    (``stop_covers``)."""
     return cancellation != Cancellation.NONE or condition == TaskCondition.TERMINAL
 
 
@@ -60,6 +61,22 @@ def not_stopping_sql(alias: str) -> str:
         f"{alias}.cancellation = '{Cancellation.NONE}' "
         f"AND {alias}.condition <> '{TaskCondition.TERMINAL}'"
     )
+
+
+def stop_covers(compensates_id: str | None) -> bool:
+    """Whether a stop of its task covers an operation (given its ``compensates_id``): every
+    operation but a compensation, which outlives the stop it serves (a saga runs in an ended
+    task). Covered work is not claimed, retried or re-pended once its task stops, and a running
+    call of it is asked to stop; a compensation is claimed and kept running, and only a cancel of
+    the compensation itself (``cancel_requested`` on its own row) asks it to stop."""
+    return compensates_id is None
+
+
+def stop_asked(*, cancel_requested: bool, covered: bool, cancellation: str, condition: str) -> bool:
+    """Whether a running call is asked to stop: its own cancel was requested, or its task is
+    stopping and the stop covers it (``covered``: ``stop_covers``). What a heartbeat answers and
+    the cancel watch looks for."""
+    return cancel_requested or (covered and stopping(cancellation, condition))
 
 
 def stop_reason(task: _TaskState) -> str:

@@ -193,6 +193,7 @@ class PaymentsRefund(ToolAdapter):
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
+        faults.work(ctx)
         response = receivers.payments_refund(
             key=ctx.idempotency_key, charge_id=ctx.params["charge"], fencing_token=ctx.fencing_token
         )
@@ -245,6 +246,7 @@ class InventoryRelease(ToolAdapter):
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)
+        faults.work(ctx)
         response = receivers.inventory_release(
             key=ctx.idempotency_key, reservation_id=ctx.params["reservation"]
         )
