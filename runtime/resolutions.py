@@ -1,6 +1,12 @@
 """Unresolved outcomes: what no machine could establish, settled by support staff. Every
 resolution is a guarded transition on the operation's state version (two people resolving at
-once: one wins, the other is refused) and is audited with actor, evidence and time."""
+once: one wins, the other is refused) and is audited with actor, evidence and time.
+
+Work a machine stopped for a person (``manual_intervention``: a worker lacking the tool version
+it was recorded under, an approval that could not be released) is settled here too: requeued
+(back to ``pending`` under the same key, once its cause is gone) or abandoned (ended with a
+reason; where a call may have had an effect the status writer hands it to ``unresolved``
+instead, whose resolutions then apply)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.budgets import budget_resolve_txn
+from runtime.budgets import budget_rehold_needed, budget_reserve_txn, budget_resolve_txn
 from runtime.compensation import (
     compensable,
     compensation_start_txn,
@@ -27,13 +33,16 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.statemachine import operation_transition_txn
-from runtime.stoprule import task_stopping
+from runtime.stoprule import task_stopping, unconfirmed_calls_txn
 from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
 
-RESOLUTIONS = ("succeeded", "no_effect", "retry_same_key", "lookup", "compensate")
+# What settles an unresolved operation, and what settles one stopped for a person.
+UNRESOLVED_RESOLUTIONS = ("succeeded", "no_effect", "retry_same_key", "lookup", "compensate")
+INTERVENTION_RESOLUTIONS = ("requeue", "abandon")
+RESOLUTIONS = (*UNRESOLVED_RESOLUTIONS, *INTERVENTION_RESOLUTIONS)
 
 # Which resolutions each receiver contract allows (data, like the transition tables): retrying
 # under the same key is safe only where the receiver dedupes, answers lookups, or has no effect.
@@ -48,6 +57,8 @@ _REFUSALS = {
     "the effect",
     "lookup": "this receiver cannot be asked what happened",
     "compensate": "there is no compensating tool, or the effect to undo is not known",
+    "requeue": "a call of it may have had an effect and the receiver neither dedupes nor answers "
+    "lookups: running it again could repeat the effect (abandon it to settle it as unresolved)",
 }
 
 
@@ -57,10 +68,46 @@ class ResolutionNotAllowed(Conflict):
     code = "resolution_not_allowed"
 
 
-def resolutions_allowed(op: Operation) -> tuple[str, ...]:
-    """What a person may do with this unresolved operation, by its receiver's contract."""
+def resolutions_allowed(op: Operation, *, unconfirmed: bool | None = None) -> tuple[str, ...]:
+    """What a person may do with this operation: for an unresolved one, what its receiver's
+    contract allows; for one stopped for a person, abandon, and requeue unless its cause is
+    still there (``intervention_cause``) or a call may have had an effect that running again
+    could repeat (``unconfirmed``: whether a call's outcome is unconfirmed, read when not
+    given). Nothing for any other status."""
+    if op.status == S.MANUAL_INTERVENTION:
+        if unconfirmed is None:
+            unconfirmed = op.pk in unconfirmed_calls_txn([op.pk])
+        if intervention_cause(op) is not None or _requeue_repeats(op, unconfirmed=unconfirmed):
+            return ("abandon",)
+        return INTERVENTION_RESOLUTIONS
+    if op.status != S.UNRESOLVED:
+        return ()
     allowed = ALLOWED_BY_CONTRACT.get(contract_of(op.tool), ("succeeded", "no_effect"))
     return (*allowed, "compensate") if compensable(op) else allowed
+
+
+def intervention_cause(op: Operation) -> str | None:
+    """Why work stopped for a person would stop again if requeued now, where that can be known
+    here: a worker's tool of the version it was recorded under is not in this code. (A refused
+    approval release is rechecked by the claim's release gate, which stops it again, with its
+    reason, if the cause is still there.)"""
+    if op.executor != Operation.EXECUTOR_WORKER:
+        return None
+    adapter = adapters().get(op.tool)
+    if adapter is None:
+        return f"{op.tool} is not a tool this code has"
+    if not adapter.supports(op.tool_version):
+        return (
+            f"{op.tool} version {op.tool_version or '?'} is still not supported "
+            f"(this code runs version {adapter.version})"
+        )
+    return None
+
+
+def _requeue_repeats(op: Operation, *, unconfirmed: bool) -> bool:
+    """Running the work again could repeat an effect: a call's outcome is unconfirmed and the
+    receiver offers no way to dedupe or be asked (the rule ``retry_same_key`` follows)."""
+    return unconfirmed and "retry_same_key" not in ALLOWED_BY_CONTRACT.get(contract_of(op.tool), ())
 
 
 def operation_resolve(
@@ -71,7 +118,8 @@ def operation_resolve(
     evidence: str,
     state_version: int,
 ) -> Operation:
-    """Settle an unresolved operation.
+    """Settle an unresolved operation (``UNRESOLVED_RESOLUTIONS``) or one stopped for a person
+    (``manual_intervention``: ``INTERVENTION_RESOLUTIONS``, see ``_intervention_resolve``).
 
     Preconditions: ``actor`` is support staff (or admin); ``state_version`` is the version the
     person looked at. Raises TransitionRejected (409 state_version_mismatch) when someone else
@@ -85,9 +133,18 @@ def operation_resolve(
     evidence = (evidence or "").strip()
     if resolution == "succeeded" and not evidence:
         raise InvalidInput("marking an operation succeeded needs evidence")
+    if resolution == "abandon" and not evidence:
+        raise InvalidInput("abandoning an operation needs a reason (in evidence)")
     op = operation_get(actor, operation_id)
     if op.state_version != state_version:
         raise TransitionRejected("someone else changed this operation first")
+    if resolution in INTERVENTION_RESOLUTIONS:
+        if op.status != S.MANUAL_INTERVENTION:
+            raise Conflict(
+                f"the operation is {op.status}, not waiting for manual intervention",
+                code="not_manual_intervention",
+            )
+        return _intervention_resolve(actor, op, resolution, evidence, state_version)
     if op.status != S.UNRESOLVED:
         raise Conflict(f"the operation is {op.status}, not unresolved", code="not_unresolved")
     if resolution not in resolutions_allowed(op):
@@ -177,6 +234,80 @@ def operation_resolve(
     return op
 
 
+def _intervention_resolve(
+    actor: Actor, op: Operation, resolution: str, evidence: str, state_version: int
+) -> Operation:
+    """Requeue or abandon work stopped for a person, in one transaction under the global lock
+    order (the operation, then its task, read under its lock), guarded on the state version the
+    person saw, audited with the person and the reason.
+
+    ``requeue``: back to ``pending`` under the same key (one more attempt granted if none is
+    left), announced to the workers, its estimate held again where the task has a budget and
+    nothing is held (BudgetExhausted, 409, when the ledger cannot); refused
+    (ResolutionNotAllowed) while its cause is still there or where running again could repeat an
+    unconfirmed effect, and (TaskRefused) in a stopped task. ``abandon``: ended ``failed`` with
+    the person's reason, unless a call may have had an effect: then the status writer writes
+    ``unresolved`` (runtime.statemachine), and the resolutions of an unresolved operation
+    apply. Returns the operation as it now is."""
+    now = timezone.now()
+    crash_point("resolve.before_lock")
+    with transaction.atomic():
+        operation_and_original_lock_txn(op.pk, op.compensates_id)
+        op = Operation.objects.select_for_update().get(pk=op.pk)
+        if op.state_version != state_version or op.status != S.MANUAL_INTERVENTION:
+            raise TransitionRejected("someone else changed this operation first")
+        op.task = Task.objects.select_for_update().get(pk=op.task_id)
+        fields: dict[str, Any]
+        if resolution == "requeue":
+            cause = intervention_cause(op)
+            if cause is not None:
+                raise ResolutionNotAllowed(f"its cause is still there: {cause}")
+            if _requeue_repeats(op, unconfirmed=op.pk in unconfirmed_calls_txn([op.pk])):
+                raise ResolutionNotAllowed(_REFUSALS["requeue"])
+            if op.compensates_id is None:
+                _retry_admitted(op.task)
+            target = S.PENDING
+            fields = {
+                "max_attempts": max(op.max_attempts, op.attempts_used + 1),
+                "next_attempt_at": None,
+                "error": None,
+            }
+        else:
+            target = S.FAILED
+            fields = {"error": {"kind": "abandoned", "message": evidence}}
+        done = "requeued" if resolution == "requeue" else "abandoned"
+        fields["status_reason"] = f"{done} by {actor.name}: {evidence}" if evidence else done
+        from_status = op.status
+        transitioned = operation_transition_txn(
+            op,
+            target,
+            now=now,
+            fields=fields,
+            actor=actor.label,
+            data={"resolution": resolution, "evidence": evidence},
+        )
+        if op.status == S.PENDING:
+            budget = op.task.budget
+            if budget_rehold_needed(budget, op):
+                # The claim holds again only for a re-dispatch; the next call is numbered here.
+                budget_reserve_txn(
+                    budget=budget,
+                    op=op,
+                    number=op.attempts_used + 1,
+                    now=now,
+                    cleanup=op.compensates_id is not None,
+                )
+            if op.executor == Operation.EXECUTOR_WORKER:
+                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+        _audit(op, actor, resolution, evidence, from_status, op.status, now)
+        if op.compensates_id:
+            # An abandoned compensation undid nothing: its original's effect stands, for a person.
+            _settle_original_txn(op, op.status, now, actor.label)
+        operation_settled_txn(op, transitioned.task, now=now, actor=actor.label)
+    op.refresh_from_db()
+    return op
+
+
 def _retry_admitted(task: Task) -> None:
     """Nothing is re-admitted for a stopping task except its compensations. ``task`` was read
     under its row lock."""
@@ -244,9 +375,12 @@ def _audit(
 
 
 def unresolved_queue(actor: Actor, limit: int = 100) -> list[Operation]:
-    """The support queue, oldest first, within what the actor may see."""
+    """The support queue, oldest first, within what the actor may see: unresolved operations
+    and work stopped for a person (manual intervention)."""
     return list(
-        Operation.objects.filter(task_scope(actor, "task__"), status=S.UNRESOLVED)
+        Operation.objects.filter(
+            task_scope(actor, "task__"), status__in=(S.UNRESOLVED, S.MANUAL_INTERVENTION)
+        )
         .select_related("task")
         .order_by("updated_at", "id")[:limit]
     )

@@ -1,5 +1,6 @@
-"""Task control (cancel, fail), the unresolved queue's resolve action, and the demo receivers'
-read-only effects view. Thin: parse, authorise (in the service), call one service, serialise."""
+"""Task control (cancel, fail), the support queue's resolve action (unresolved operations and
+work waiting for manual intervention), and the demo receivers' read-only effects view. Thin:
+parse, authorise (in the service), call one service, serialise."""
 
 from __future__ import annotations
 
@@ -24,8 +25,17 @@ class ReasonIn(serializers.Serializer):
 
 
 class ResolveIn(serializers.Serializer):
+    # For an unresolved operation: succeeded, no_effect, retry_same_key, lookup or compensate
+    # (as its receiver's contract allows); for one waiting for manual intervention: requeue or
+    # abandon (docs/api.md).
     resolution = serializers.ChoiceField(choices=resolutions.RESOLUTIONS)
-    evidence = Text(max_length=10000, required=False, allow_blank=True, default="")
+    evidence = Text(
+        max_length=10000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="What was checked; needed to mark succeeded, and the reason to abandon.",
+    )
     state_version = Int(min_value=1)
 
 

@@ -1,5 +1,6 @@
 """The support queue (/unresolved/): operations whose outcome no machine could establish, with
-their evidence, and the resolutions their receiver's contract allows."""
+their evidence, and the resolutions their receiver's contract allows; and work a machine stopped
+for a person (manual intervention), with why, to requeue or abandon."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
 from runtime.operations import invocations_by_operation
+from runtime.stoprule import unconfirmed_calls_txn
 from runtime.tools import contract_of
+from runtime.transitions import OperationStatus
 
 _LABELS = {
     "succeeded": "Mark succeeded",
@@ -26,6 +29,8 @@ _LABELS = {
     "retry_same_key": "Retry with the same key",
     "lookup": "Look up at the receiver",
     "compensate": "Compensate",
+    "requeue": "Requeue",
+    "abandon": "Abandon",
 }
 
 
@@ -39,6 +44,9 @@ _CONFIRMS = {
     "lookup": "Ask the receiver what became of operation {id} ({tool})? Its answer settles it.",
     "compensate": "Compensate operation {id} ({tool})? Its compensating tool runs to undo the "
     "effect.",
+    "requeue": "Requeue operation {id} ({tool}) under the same idempotency key? It runs again.",
+    "abandon": "Abandon operation {id} ({tool}) with the reason you gave? It ends failed (or "
+    "comes back here as unresolved if a call of it may have had an effect).",
 }
 # How an operation stands after its resolution, in words.
 _NOW = {
@@ -46,7 +54,14 @@ _NOW = {
     "failed": "now failed, with no effect",
     "pending": "queued to run again",
     "compensating": "being compensated",
+    "unresolved": "now unresolved: a call of it may have had an effect, settle it below",
 }
+
+
+def _now(resolution: str, status: str) -> str:
+    if resolution == "abandon" and status == OperationStatus.FAILED:
+        return "now failed, abandoned"
+    return _NOW.get(status, "now " + status)
 
 
 def _confirm(resolution: str, op: Operation) -> str:
@@ -59,14 +74,18 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
     queue = resolutions.unresolved_queue(actor)
     invocations = invocations_by_operation([op.pk for op in queue])
     history = resolutions.resolutions_by_operation([op.pk for op in queue])
+    stopped = [op.pk for op in queue if op.status == OperationStatus.MANUAL_INTERVENTION]
+    unconfirmed = unconfirmed_calls_txn(stopped)
     for op in queue:
+        allowed = resolutions.resolutions_allowed(op, unconfirmed=op.pk in unconfirmed)
+        intervention = op.status == OperationStatus.MANUAL_INTERVENTION
         rows.append(
             {
                 "op": op,
                 "contract": contract_of(op.tool),
-                "actions": [
-                    (a, _LABELS[a], _confirm(a, op)) for a in resolutions.resolutions_allowed(op)
-                ],
+                "intervention": intervention,
+                "cause": resolutions.intervention_cause(op) if intervention else None,
+                "actions": [(a, _LABELS[a], _confirm(a, op)) for a in allowed],
                 "params": json_text(op.params),
                 "invocations": [
                     {"inv": inv, "receipt": None if inv.receipt is None else json_text(inv.receipt)}
@@ -131,6 +150,6 @@ def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRespon
     messages.success(
         request,
         f"Resolved operation {op.pk} ({_LABELS.get(resolution, resolution).lower()}): "
-        f"it is {_NOW.get(op.status, 'now ' + op.status)}.",
+        f"it is {_now(resolution, op.status)}.",
     )
     return HttpResponseRedirect("/unresolved/")
