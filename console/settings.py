@@ -281,10 +281,17 @@ def _env_names(name: str) -> dict[str, str]:
 
 # A queue per tool class: operations of a class named here are published to its own Celery
 # queue (workers choose theirs with -Q), so slow or rate-limited tools cannot starve quick
-# ones; every other class goes to CELERY_QUEUE.
-TOOL_QUEUES = _env_names("TOOL_QUEUES")
+# ones; every other class goes to CELERY_QUEUE. Notifications (runtime/tools/notify.py, class
+# "notify") have NOTIFY_QUEUE unless TOOL_QUEUES names another: a dead webhook, retried with
+# backoff for up to a day, then holds the notifier pool's slots, never the work queue's.
+NOTIFY_QUEUE = os.environ.get("NOTIFY_QUEUE") or "notifications"
+TOOL_QUEUES = {"notify": NOTIFY_QUEUE, **_env_names("TOOL_QUEUES")}
 # Every queue of this deployment: the default one first, then the tool classes' own.
 CELERY_QUEUES = list(dict.fromkeys([CELERY_QUEUE, *TOOL_QUEUES.values()]))
+# The default process layout (make run, deploy/): the work pool reads every queue but the
+# notifications' own, which a pool of NOTIFY_WORKERS processes reads.
+WORK_QUEUES = [q for q in CELERY_QUEUES if q == CELERY_QUEUE or q != TOOL_QUEUES["notify"]]
+NOTIFY_WORKERS = _env_int("NOTIFY_WORKERS", 1)
 # Admission control per tool class: at most N running at once, at most M admitted and waiting.
 TOOL_CONCURRENCY = _env_map("TOOL_CONCURRENCY")
 TOOL_QUEUE_CAPACITY = _env_map("TOOL_QUEUE_CAPACITY")

@@ -196,7 +196,9 @@ class Stack:
         for n in range(1, workers + 1):
             cmd = [
                 *(py, "-m", "celery", "-A", "console", "worker"),
-                *("--pool", "prefork", "--concurrency", str(concurrency), "-Q", "operations"),
+                # The work queue and the notifications' own (settings.CELERY_QUEUES' defaults).
+                *("--pool", "prefork", "--concurrency", str(concurrency)),
+                *("-Q", "operations,notifications"),
                 *("--loglevel", "WARNING", "--without-gossip", "--without-mingle"),
                 *("--without-heartbeat", "-n", f"soak-{n}-{os.getpid()}@%h"),
             ]

@@ -204,7 +204,7 @@ def _publish_after_commit(
             return
         # Redis failed the script (not asked again), or no drainer took the call: Celery's
         # publish, whose failure the sweeper covers.
-        outbox_publish([_announcement(outbox_id, op.pk, available_at, now)])
+        outbox_publish([_announcement(outbox_id, op.pk, available_at, now)], {op.pk: queue})
 
     transaction.on_commit(publish)
 
@@ -863,5 +863,6 @@ def accept_batch_txn(
         else:
             announced.append(_announcement(number, key, available_at, now))
     if announced:
-        transaction.on_commit(lambda: outbox_publish(announced))
+        queues = {op.pk: queue_of(op.tool) for op, _ in batch}
+        transaction.on_commit(lambda: outbox_publish(announced, queues))
     return [op.pk for op, _ in batch]

@@ -56,11 +56,17 @@ def queues_for(operation_ids: list[str]) -> dict[str, str]:
     return {pk: queue for pk, queue in routed.items() if queue}
 
 
-def outbox_publish(messages: list[OutboxMessage]) -> int:
-    """Hand committed rows to the broker. A failure leaves the row for the sweeper."""
+def outbox_publish(messages: list[OutboxMessage], queues: dict[str, str] | None = None) -> int:
+    """Hand committed rows to the broker. A failure leaves the row for the sweeper. ``queues``:
+    each message's operation's queue, from a caller that knows their tools (the hot path's, so
+    that its pinned statements stay its own); otherwise read (``queues_for``)."""
     sent = 0
     now = timezone.now()
-    routes = queues_for([m.operation_id for m in messages if m.operation_id])
+    routes = (
+        queues_for([m.operation_id for m in messages if m.operation_id])
+        if queues is None
+        else queues
+    )
     for message in messages:
         delay = (message.available_at - now).total_seconds()
         if delay > _COUNTDOWN_LIMIT:

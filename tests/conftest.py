@@ -191,10 +191,11 @@ class WorkerPool:
         for _ in range(count):
             n = len(self.workers) + 1
             log = self.tmp / f"worker-{n}.log"
+            # Unless told its queues, one pool reads every queue (the notifications' own too).
             cmd = [
                 sys.executable, "-m", "celery", "-A", "console", "worker",
                 "--pool", "prefork", "--concurrency", str(concurrency),
-                "-Q", queues or settings.CELERY_QUEUE, "--loglevel", "INFO",
+                "-Q", queues or ",".join(settings.CELERY_QUEUES), "--loglevel", "INFO",
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "-n", f"test-{n}-{os.getpid()}@%h",
             ]  # fmt: skip

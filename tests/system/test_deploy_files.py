@@ -124,12 +124,18 @@ def test_compose_starts_real_commands_with_settings_names_and_one_beat():
     assert cmd is not None
     image_default = yaml.safe_load(cmd.group(1))
     started = {}
-    for name in ("migrate", "web", "worker", "beat"):
+    for name in ("migrate", "web", "worker", "notifier", "beat"):
         argv = services[name].get("command") or image_default
         started[name] = check_command([str(a) for a in argv])
-    assert started == {"migrate": "migrate", "web": "web", "worker": "worker", "beat": "beat"}
+    assert started == {
+        "migrate": "migrate",
+        "web": "web",
+        "worker": "worker",
+        "notifier": "worker",
+        "beat": "beat",
+    }
     read = environment_names_read()
-    for name in ("migrate", "web", "worker", "beat"):
+    for name in ("migrate", "web", "worker", "notifier", "beat"):
         unknown = set(services[name]["environment"]) - read
         assert not unknown, f"{name} sets variables nothing reads: {unknown}"
     beat = services["beat"]
@@ -143,7 +149,13 @@ def test_the_procfile_starts_real_commands():
             continue
         name, _, command = line.partition(":")
         kinds[name] = check_command(shlex.split(command))
-    assert kinds == {"release": "migrate", "web": "web", "worker": "worker", "beat": "beat"}
+    assert kinds == {
+        "release": "migrate",
+        "web": "web",
+        "worker": "worker",
+        "notifier": "worker",
+        "beat": "beat",
+    }
 
 
 def _manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -205,8 +217,64 @@ def test_kubernetes_runs_real_commands_one_beat_and_the_kustomization_is_whole()
             started[doc["metadata"]["name"]] = check_command(container["command"])
             unknown = {e["name"] for e in container.get("env", [])} - read - {"POD_NAME"}
             assert not unknown, unknown
-    assert sorted(started.values()) == ["beat", "migrate", "web", "worker"]
+    assert sorted(started.values()) == ["beat", "migrate", "web", "worker", "worker"]
     (beat,) = [doc for _, doc in manifests if doc["metadata"]["name"].endswith("-beat")]
     # Exactly one beat, also during a rollout (Recreate: the old one stops first).
     assert beat["spec"]["replicas"] == 1
     assert beat["spec"]["strategy"]["type"] == "Recreate"
+
+
+# --- the default process layout reads every queue (issue 34: notifications on their own) -------
+
+_SHELL_DEFAULT = re.compile(r"^\$\{([A-Z_]+):-([^}]*)\}$")
+_K8S_REFERENCE = re.compile(r"^\$\(([A-Z_]+)\)$")
+
+
+def _queues(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The queues a worker command reads (its -Q, a variable read from ``env`` or its default)."""
+    if argv[:2] == ["sh", "-c"]:
+        argv = shlex.split(argv[2])
+    value = argv[argv.index("-Q") + 1]
+    if match := _SHELL_DEFAULT.match(value):
+        value = env.get(match.group(1)) or match.group(2)
+    elif match := _K8S_REFERENCE.match(value):
+        value = env[match.group(1)]
+    return value.split(",")
+
+
+def _assert_layout(pools: dict[str, list[str]]) -> None:
+    """Every queue of the default settings is read, and the notifications' queue by a pool that
+    reads no other (a dead webhook holds none of the work queue's slots)."""
+    assert set(settings.CELERY_QUEUES) == {settings.CELERY_QUEUE, settings.NOTIFY_QUEUE}
+    assert set().union(*pools.values()) >= set(settings.CELERY_QUEUES), pools
+    for queues in pools.values():
+        if settings.NOTIFY_QUEUE in queues:
+            assert queues == [settings.NOTIFY_QUEUE], pools
+
+
+def test_every_deploy_shape_reads_every_queue_and_notifications_apart():
+    services = compose({"SECRET_KEY": "k" * 60})["services"]
+    app = {name: s for name, s in services.items() if s.get("image", "").startswith("agent-")}
+    _assert_layout(
+        {
+            name: _queues(service["command"], service["environment"])
+            for name, service in app.items()
+            if "command" in service and check_command(service["command"]) == "worker"
+        }
+    )
+    procfile = {}
+    for line in (DEPLOY / "Procfile").read_text().splitlines():
+        name, _, command = line.partition(":")
+        argv = shlex.split(command)
+        if line.strip() and check_command(argv) == "worker":
+            procfile[name] = _queues(argv, {})
+    _assert_layout(procfile)
+    manifests = _manifests()
+    (config,) = [doc for _, doc in manifests if doc["kind"] == "ConfigMap"]
+    pods = {}
+    for _, doc in manifests:
+        template = doc.get("spec", {}).get("template")
+        for container in template["spec"]["containers"] if template else []:
+            if check_command(container["command"]) == "worker":
+                pods[doc["metadata"]["name"]] = _queues(container["command"], config["data"])
+    _assert_layout(pods)

@@ -1,9 +1,10 @@
 """Run the whole system in the foreground: web (console.server: uvicorn, ASGI), a Celery worker
-with WORKERS prefork children, and beat (the sweeper's process, `manage.py beat`), under a
-supervisor: a process that dies is restarted, one that keeps dying stops the stack. Ctrl-C
-stops all three.
+with WORKERS prefork children, a notifier (a Celery worker with NOTIFY_WORKERS children that
+reads the notifications' queue alone) and beat (the sweeper's process, `manage.py beat`), under
+a supervisor: a process that dies is restarted, one that keeps dying stops the stack. Ctrl-C
+stops them all.
 
-In embedded mode (what `make run` gives a first-time user) the three processes log to
+In embedded mode (what `make run` gives a first-time user) the processes log to
 DATA_DIR/logs/<name>.log, and the terminal shows, once the web server answers, where the logs
 are, the demo accounts and the URL, last, so that request and sweep lines never bury them.
 `--logs terminal` (the default with services, where an orchestrator collects output) keeps
@@ -37,6 +38,42 @@ log = logging.getLogger("console.runstack")
 log.setLevel(logging.INFO)
 
 
+def worker_pools(python: str) -> dict[str, list[str]]:
+    """The default layout's Celery worker pools: "worker" reads every queue but the
+    notifications' own (settings.WORK_QUEUES) with WORKERS processes; "notifier" reads that one
+    with NOTIFY_WORKERS, so a dead webhook retried with backoff holds none of the work pool's
+    slots. Per-class pools for other tool classes (TOOL_QUEUES) are a deployment's choice: here
+    the work pool reads their queues too."""
+
+    def pool(name: str, queues: list[str], concurrency: int) -> list[str]:
+        return [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(concurrency),
+            "-Q",
+            ",".join(queues),
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"{name}-{os.getpid()}@%h",
+        ]
+
+    pools = {"worker": pool("worker", settings.WORK_QUEUES, settings.WORKERS)}
+    notify_queues = [q for q in settings.CELERY_QUEUES if q not in settings.WORK_QUEUES]
+    if notify_queues:
+        pools["notifier"] = pool("notifier", notify_queues, settings.NOTIFY_WORKERS)
+    return pools
+
+
 class Command(BaseCommand):
     help = "Start web + worker + beat in the foreground (make run)."
 
@@ -47,7 +84,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--only",
             default="web,worker,beat",
-            help="comma-separated processes to run (web, worker, beat)",
+            help="comma-separated processes to run (web, worker, beat); worker includes the "
+            "notifier",
         )
         parser.add_argument(
             "--logs",
@@ -78,28 +116,11 @@ class Command(BaseCommand):
                 "--port",
                 str(options["port"]),
             ],
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(settings.WORKERS),
-                "-Q",
-                # One worker pool for every queue here; per-class pools are a deployment choice.
-                ",".join(settings.CELERY_QUEUES),
-                "--without-gossip",
-                "--without-mingle",
-                "-n",
-                f"worker-{os.getpid()}@%h",
-            ],
+            **worker_pools(python),
         }
+        if "worker" in only:
+            # The worker pools are one part of the stack: --only worker starts the notifier too.
+            only.add("notifier")
         if "beat" in only:
             # The sweeper's own process, never a task queued behind the workers it rescues.
             commands["beat"] = [
@@ -119,8 +140,13 @@ class Command(BaseCommand):
             banner.append(accounts.rstrip("\n"))
         banner.append(
             f"Agent console ({mode}) on {url} - lease {settings.LEASE_SECONDS}s, "
-            f"sweep {settings.SWEEP_SECONDS}s, {settings.WORKERS} worker process(es). "
-            "Ctrl-C stops."
+            f"sweep {settings.SWEEP_SECONDS}s, {settings.WORKERS} worker process(es)"
+            + (
+                f" and {settings.NOTIFY_WORKERS} for notifications"
+                if "notifier" in commands
+                else ""
+            )
+            + ". Ctrl-C stops."
         )
         supervisor = Supervisor(
             {name: cmd for name, cmd in commands.items() if name in only},
