@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -93,6 +94,11 @@ class ToolAdapter:
 
     def quick(self, params: dict[str, Any]) -> bool:
         return self.quick_calls
+
+    # Calls that spend their time waiting (on the network: a model, an HTTP API), not
+    # computing: a worker process runs up to TOOL_SLOTS of them side by side, each under its own
+    # lease (runtime.slots). An adapter whose ``invoke`` is ``async def`` waits too (``waits``).
+    io_bound: bool = False
 
     # What the tool does, in a sentence (the catalogue, GET /api/v1/tools).
     description: str = ""
@@ -221,6 +227,13 @@ def adapter_for(name: str) -> ToolAdapter:
     if adapter is None:
         raise UnknownTool(f"no tool named {name!r}", tool=name)
     return adapter
+
+
+def waits(adapter: ToolAdapter) -> bool:
+    """Whether the tool's calls wait rather than compute: ``io_bound``, or an ``async def``
+    invoke. Such calls run in a worker process's slots (runtime.slots), never in a drainer's
+    batch."""
+    return bool(adapter.io_bound) or inspect.iscoroutinefunction(adapter.invoke)
 
 
 def contract_of(tool: str) -> str:
