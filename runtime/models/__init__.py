@@ -29,6 +29,7 @@ from runtime.models.principals import Agent, ApiToken, AuditRecord, RateCounter
 from runtime.models.requests import IdempotentRequest
 from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.tasks import Attempt, Task, TaskCount
+from runtime.models.tools import DeclaredTool, DeclaredToolVersion
 
 __all__ = [
     "Agent",
@@ -42,6 +43,8 @@ __all__ = [
     "BudgetMeter",
     "CheckResult",
     "ContentKey",
+    "DeclaredTool",
+    "DeclaredToolVersion",
     "Event",
     "Execution",
     "IdempotentRequest",
