@@ -54,6 +54,7 @@ POINTS = frozenset(
         "token.revoked",  # a revocation is written (its agent's schedules paused if it was the
         #   last live token), not yet committed
         "stream.user_read",  # a stream's recheck read its person's account, not yet the roles
+        "task_key.after_lookup",  # a creation under an external_id found no task, not yet inserted
     }
 )
 

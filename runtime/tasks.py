@@ -54,6 +54,8 @@ class TaskSpec:
     parent: str | None = None
     required_checks: list[dict[str, Any]] = field(default_factory=list)
     compensate_on: list[str] = field(default_factory=list)
+    # The caller's key for the task (runtime.task_keys): creating under it again finds it.
+    external_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class CheckedTaskSpec:
     checks: list[dict[str, Any]]
     compensate_on: list[str]
     parent: str | None
+    external_id: str | None = None
+
+
+MAX_EXTERNAL_ID = 200
 
 
 def task_spec_check(spec: TaskSpec) -> CheckedTaskSpec:
@@ -89,6 +95,8 @@ def task_spec_check(spec: TaskSpec) -> CheckedTaskSpec:
             f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS}",
             field="deadline_seconds",
         )
+    if spec.external_id is not None:
+        external_id_check(spec.external_id)
     checks = required_checks_validate(spec.required_checks)
     try:
         limits = budget_validate(spec.budget)
@@ -102,7 +110,20 @@ def task_spec_check(spec: TaskSpec) -> CheckedTaskSpec:
         checks=checks,
         compensate_on=sorted(set(spec.compensate_on)),
         parent=spec.parent,
+        external_id=spec.external_id,
     )
+
+
+def external_id_check(external_id: str) -> str:
+    """A caller's key for a task: 1 to MAX_EXTERNAL_ID characters, none hidden, no whitespace
+    around it (400 ``invalid_input`` naming ``external_id``). Pure."""
+    if not external_id or len(external_id) > MAX_EXTERNAL_ID:
+        raise InvalidInput(
+            f"external_id must have 1 to {MAX_EXTERNAL_ID} characters", field="external_id"
+        )
+    if external_id != external_id.strip():
+        raise InvalidInput("external_id must not begin or end with whitespace", field="external_id")
+    return name_check(external_id, "external_id")
 
 
 def task_create(actor: Actor, spec: TaskSpec) -> Task:
@@ -124,13 +145,16 @@ def task_create_txn(
     now: datetime,
     journal_actor: str | None = None,
     schedule_id: str | None = None,
+    spec_hash: str = "",
 ) -> Task:
     """``task_create`` inside the caller's transaction, for ``actor`` (who owns the task).
 
     Preconditions: ``can_create_task(actor)`` holds and ``spec`` came from
     ``task_spec_check``. ``journal_actor`` names who caused the creation when it is not the
     owner (the scheduler, or the person who triggered a schedule); ``schedule_id`` is the
-    schedule the task is started by."""
+    schedule the task is started by. An ``external_id`` the owner already holds fails the
+    insert (IntegrityError): runtime.task_keys creates under a key, and compares the
+    ``spec_hash`` it stores (the input's canonical hash) later."""
     limits = spec.limits
     deadline = now + timedelta(seconds=spec.deadline_seconds) if spec.deadline_seconds else None
     parent = _parent_lock_txn(actor, spec.parent, now=now) if spec.parent else None
@@ -146,6 +170,8 @@ def task_create_txn(
         compensate_on=spec.compensate_on,
         parent=parent,
         schedule_id=schedule_id,
+        external_id=spec.external_id,
+        spec_hash=spec_hash,
     )
     attempt = Attempt.objects.create(task=task, number=1, created_by=actor.label)
     required_checks_create_txn(task, spec.checks)
@@ -256,13 +282,14 @@ def task_list(
     outcome: str | None = None,
     search: str | None = None,
     schedule: str | None = None,
+    external_id: str | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int = 50,
 ) -> list[Task]:
     """The actor's tasks, newest first, by keyset (``before`` = (created_at, id) of the last row
     of the previous page): no OFFSET, no count. ``search`` finds a task by a part of its name,
     or by what it owns named exactly (``task_search_owner``); ``schedule``, the tasks that
-    schedule started."""
+    schedule started; ``external_id``, the task created under that key (one per owner)."""
     if condition and condition not in TaskCondition.ALL:
         raise InvalidInput(f"condition must be one of {', '.join(TaskCondition.ALL)}")
     if outcome and outcome not in TaskOutcome.ALL:
@@ -274,6 +301,8 @@ def task_list(
         qs = qs.filter(outcome=outcome)
     if schedule:
         qs = qs.filter(schedule_id=schedule)
+    if external_id:
+        qs = qs.filter(external_id=external_id)
     if search:
         qs = qs.filter(Q(name__icontains=search) | task_search_owner(search))
     if before is not None:
@@ -301,11 +330,15 @@ def _operations_keyed(text: str) -> QuerySet[Operation] | None:
 
 
 def task_search_owner(text: str) -> Q:
-    """Tasks that own what ``text`` names exactly: the task's id, an operation's or an
-    approval's id, or an operation's idempotency key. Each is found by a primary key or a
+    """Tasks that own what ``text`` names exactly: the task's id or external id, an operation's
+    or an approval's id, or an operation's idempotency key. Each is found by a primary key or a
     unique index, never by scanning operations. Pure (builds the condition)."""
-    if not text or len(text) > _SEARCH_ID_MAX or any(c.isspace() for c in text):
+    if not text or len(text) > _SEARCH_ID_MAX:
         return Q(pk__in=[])
+    # A caller's key may hold spaces (ids never do); the key leads its unique indexes.
+    keyed_task = Q(external_id=text) if len(text) <= MAX_EXTERNAL_ID else Q(pk__in=[])
+    if any(c.isspace() for c in text):
+        return keyed_task
     found = (
         Q(pk=text)
         | Q(pk__in=Operation.objects.filter(pk=text).values("task_id"))
@@ -314,7 +347,7 @@ def task_search_owner(text: str) -> Q:
     keyed = _operations_keyed(text)
     if keyed is not None:
         found |= Q(pk__in=keyed.values("task_id"))
-    return found
+    return found | keyed_task
 
 
 @dataclass(frozen=True)

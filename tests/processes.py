@@ -105,3 +105,21 @@ def propose_and_die(
         if at == "before_commit":
             os._exit(137)
     raise AssertionError("the process should have ended")
+
+
+def task_get_or_create_once(
+    db_url: str, agent_id: str, agent_name: str, external_id: str, barrier: Any, out: Any
+) -> None:
+    """Wait at the barrier with the other processes, then create a task under ``external_id``
+    (get-or-create); report (task id, created)."""
+    django_setup(db_url)
+    from runtime.actors import actor_for_agent
+    from runtime.task_keys import task_get_or_create
+    from runtime.tasks import TaskSpec
+
+    actor = actor_for_agent(agent_id, agent_name)
+    barrier.wait()
+    task, created = task_get_or_create(
+        actor, TaskSpec(name="keyed", input={"n": 1}, external_id=external_id)
+    )
+    out.put((task.pk, created))

@@ -85,6 +85,9 @@ class TaskSerializer(serializers.Serializer):
     compensate_on = serializers.ListField(
         child=serializers.ChoiceField(choices=["failed", "cancelled"])
     )
+    external_id = serializers.CharField(
+        allow_null=True, help_text="The key the task was created under (your own), or null."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -387,7 +390,13 @@ TASK_FILTERS = [
     OpenApiParameter(
         "q",
         {"type": "string", "maxLength": 300},
-        description="Tasks whose name contains this text.",
+        description="Tasks whose name contains this text, or that own what it names exactly (the "
+        "task's id or external_id, an operation's id or key, an approval's id).",
+    ),
+    OpenApiParameter(
+        "external_id",
+        {"type": "string", "maxLength": 200},
+        description="The task created under this key (at most one of an owner's).",
     ),
     OpenApiParameter(
         "schedule",

@@ -23,7 +23,7 @@ from runtime.models import (
     TaskCommand,
 )
 from runtime.operations import MAX_ATTEMPTS_CEILING
-from runtime.tasks import MAX_DEADLINE_SECONDS
+from runtime.tasks import MAX_DEADLINE_SECONDS, MAX_EXTERNAL_ID
 from runtime.waits import MAX_WAIT_SECONDS
 
 
@@ -104,6 +104,14 @@ class TaskIn(serializers.Serializer):
         child=serializers.ChoiceField(choices=["failed", "cancelled"]),
         required=False,
         default=list,
+    )
+    # Get-or-create (runtime.task_keys): the caller's key, unique among its own tasks.
+    external_id = Text(
+        max_length=MAX_EXTERNAL_ID,
+        required=False,
+        allow_null=True,
+        help_text="Your own key for the task, unique among your tasks: creating again under it "
+        "returns the task (200) when the input is the same, 422 idempotency_key_reused when not.",
     )
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -224,6 +232,7 @@ def task_out(task: Task, pending: list[str]) -> dict[str, Any]:
         "budget": task.budget or None,
         "pending": pending,
         "compensate_on": task.compensate_on,
+        "external_id": task.external_id,
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
     }

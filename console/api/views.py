@@ -27,7 +27,7 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import leases, operations, policy, tasks
+from runtime import leases, operations, policy, task_keys, tasks
 from runtime.actors import Actor
 from runtime.approval_selectors import approvals_current
 from runtime.errors import DomainError, InvalidInput
@@ -137,6 +137,7 @@ class TaskCollection(ApiView):
             outcome=_param(request, "outcome"),
             search=_param(request, "q"),
             schedule=_param(request, "schedule", max_length=64),
+            external_id=_param(request, "external_id", max_length=tasks.MAX_EXTERNAL_ID),
             before=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
         )
@@ -152,12 +153,12 @@ class TaskCollection(ApiView):
         operation_id="v1_tasks_create",
         request=s.TaskIn,
         parameters=[doc.IDEMPOTENCY_KEY],
-        responses=doc.responses({201: doc.TaskSerializer}, write=True),
+        responses=doc.responses({200: doc.TaskSerializer, 201: doc.TaskSerializer}, write=True),
     )
     @idempotent
     def post(self, request: Request) -> Response:
         data = s.parse(s.TaskIn, request.data)
-        task = tasks.task_create(
+        task, created = task_keys.task_get_or_create(
             actor_of(request),
             tasks.TaskSpec(
                 name=data["name"],
@@ -167,9 +168,10 @@ class TaskCollection(ApiView):
                 parent=data.get("parent"),
                 required_checks=data.get("required_checks") or [],
                 compensate_on=data.get("compensate_on") or [],
+                external_id=data.get("external_id"),
             ),
         )
-        return Response(task_body(task), status=201)
+        return Response(task_body(task), status=201 if created else 200)
 
 
 class TaskDetail(ApiView):

@@ -74,6 +74,11 @@ class Task(models.Model):
         related_name="tasks",
         db_index=False,
     )
+    # The caller's own key for the task (get-or-create: runtime.task_keys), unique per owner;
+    # ``spec_hash`` is the canonical hash of the input it was created with, so a second creation
+    # under the key is told apart: the same input finds the task, other input is refused.
+    external_id = models.CharField(max_length=200, null=True, blank=True)
+    spec_hash = models.CharField(max_length=80, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -95,6 +100,19 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=models.Q(outcome__isnull=True) | models.Q(condition="terminal"),
                 name="task_outcome_only_when_terminal",
+            ),
+            # One task per external id and owner. A task has an agent or a creating user, never
+            # both, and NULLs never collide: each constraint binds one kind of owner. The key
+            # leads, so a search by it alone (any owner: the console's) reads these indexes.
+            models.UniqueConstraint(
+                fields=["external_id", "agent"],
+                condition=models.Q(external_id__isnull=False),
+                name="task_external_id_agent",
+            ),
+            models.UniqueConstraint(
+                fields=["external_id", "created_by"],
+                condition=models.Q(external_id__isnull=False),
+                name="task_external_id_user",
             ),
         ]
 
