@@ -273,6 +273,7 @@ def create_task(
     budget: dict[str, float] | None = None,
     parent: str | None = None,
     required_checks: list[dict[str, Any]] | None = None,
+    external_id: str | None = None,
     idempotency_key: str | None = None,
 ) -> Call[Task]:
     body = clean(
@@ -283,6 +284,7 @@ def create_task(
             "budget": budget,
             "parent": parent,
             "required_checks": required_checks,
+            "external_id": external_id,
         }
     )
     return Call("POST", f"{API}/tasks", model(Task), json=body, idempotency_key=idempotency_key)
@@ -290,6 +292,16 @@ def create_task(
 
 def get_task(task_id: str) -> Call[Task]:
     return Call("GET", f"{API}/tasks/{task_id}", model(Task))
+
+
+def find_task(external_id: str) -> Call[Task | None]:
+    """The caller's task created under ``external_id`` (one per owner), or None."""
+
+    def parse(response: httpx.Response) -> Task | None:
+        rows = response.json().get("results") or []
+        return Task.model_validate(rows[0]) if rows else None
+
+    return Call("GET", f"{API}/tasks", parse, params={"external_id": external_id, "limit": 1})
 
 
 def propose(

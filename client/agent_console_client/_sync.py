@@ -115,8 +115,11 @@ class Client:
         budget: dict[str, float] | None = None,
         parent: str | None = None,
         required_checks: list[dict[str, Any]] | None = None,
+        external_id: str | None = None,
     ) -> Task:
-        """Create a task (``POST /tasks``); a retried create makes one task."""
+        """Create a task (``POST /tasks``); a retried create makes one task. Under an
+        ``external_id`` (your own key, unique among your tasks) an existing task created with
+        the same input is returned instead; other input is IdempotencyKeyReused."""
         return self.send(
             _core.create_task(
                 name,
@@ -125,8 +128,38 @@ class Client:
                 budget=budget,
                 parent=parent,
                 required_checks=required_checks,
+                external_id=external_id,
             )
         )
+
+    def get_or_create_task(
+        self,
+        external_id: str,
+        name: str,
+        input: dict[str, Any] | None = None,
+        *,
+        deadline_seconds: int | None = None,
+        budget: dict[str, float] | None = None,
+        parent: str | None = None,
+        required_checks: list[dict[str, Any]] | None = None,
+    ) -> Task:
+        """The task created under ``external_id``, created now if there is none: what a
+        restarted agent calls to find its task again (the same input each time)."""
+        return self.send(
+            _core.create_task(
+                name,
+                input,
+                deadline_seconds=deadline_seconds,
+                budget=budget,
+                parent=parent,
+                required_checks=required_checks,
+                external_id=external_id,
+            )
+        )
+
+    def find_task(self, external_id: str) -> Task | None:
+        """Your task created under ``external_id``, or None (``GET /tasks?external_id=``)."""
+        return self.send(_core.find_task(external_id))
 
     def get_task(self, task_id: str) -> Task:
         return self.send(_core.get_task(task_id))

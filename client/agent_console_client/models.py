@@ -42,6 +42,7 @@ class Task(_Model):
     paused: bool = False
     deadline: str | None = None
     pending: list[str] = Field(default_factory=list)
+    external_id: str | None = None
     created_at: str | None = None
 
 

@@ -1,0 +1,51 @@
+"""The client's get-or-create by the caller's key (issue 38, point 2) against the real server:
+a restarted agent (a new client) finds its task again under the same ``external_id``, other
+input under it is IdempotencyKeyReused, and ``find_task`` reads it back; sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agent_console_client import AsyncClient, Client, RetryPolicy, errors
+
+from runtime.models import Task
+from tests import factories
+
+pytestmark = pytest.mark.postgres
+
+FAST = RetryPolicy(attempts=5, base_delay=0.01, max_delay=0.5)
+
+
+def test_a_restarted_agent_finds_its_task_by_its_key(server):
+    agent = factories.agent()
+    with Client(base_url=server.url, token=agent.token, retry=FAST) as first_run:
+        assert first_run.find_task("invoice-77") is None
+        task = first_run.get_or_create_task("invoice-77", "pay invoice 77", {"invoice": 77})
+        assert task.external_id == "invoice-77"
+    with Client(base_url=server.url, token=agent.token, retry=FAST) as second_run:
+        again = second_run.get_or_create_task("invoice-77", "pay invoice 77", {"invoice": 77})
+        assert again.id == task.id
+        same = second_run.create_task("pay invoice 77", {"invoice": 77}, external_id="invoice-77")
+        assert same.id == task.id
+        found = second_run.find_task("invoice-77")
+        assert found is not None and found.id == task.id
+        with pytest.raises(errors.IdempotencyKeyReused):
+            second_run.get_or_create_task("invoice-77", "pay invoice 78", {"invoice": 78})
+    assert Task.objects.filter(external_id="invoice-77").count() == 1
+
+
+def test_the_async_client_gets_or_creates_by_key(server):
+    agent = factories.agent()
+
+    async def twice() -> tuple[str, str, str | None]:
+        async with AsyncClient(base_url=server.url, token=agent.token, retry=FAST) as console:
+            first = await console.get_or_create_task("k-1", "async keyed", budget={"tool_calls": 3})
+            second = await console.get_or_create_task(
+                "k-1", "async keyed", budget={"tool_calls": 3}
+            )
+            found = await console.find_task("k-1")
+            return first.id, second.id, found.id if found else None
+
+    first, second, found = asyncio.run(twice())
+    assert first == second == found
