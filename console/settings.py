@@ -296,8 +296,13 @@ NOTIFY_WORKERS = _env_int("NOTIFY_WORKERS", 1)
 TOOL_CONCURRENCY = _env_map("TOOL_CONCURRENCY")
 TOOL_QUEUE_CAPACITY = _env_map("TOOL_QUEUE_CAPACITY")
 # A worker-run operation that has not stopped this long after its cancel was requested is ended
-# by its worker (the child process is terminated).
+# by its worker (the child process is terminated; a call in a slot is settled and left).
 CANCEL_GRACE_SECONDS = float(os.environ.get("CANCEL_GRACE_SECONDS") or 10.0)
+# Calls of tools that wait (io_bound or async: docs/tools.md) are made side by side, up to
+# TOOL_SLOTS at once in each worker process (runtime.slots; 0: one at a time, as other calls).
+# They write through a pool of at most TOOL_SLOT_DB_POOL database connections per process.
+TOOL_SLOTS = _env_int("TOOL_SLOTS", 128)
+TOOL_SLOT_DB_POOL = _env_int("TOOL_SLOT_DB_POOL", 4)
 # How long Redis keeps an unacknowledged message before delivering it again; duplicates are
 # harmless (the claim is the dedupe), so this only bounds how long a lost worker's message waits.
 BROKER_VISIBILITY_TIMEOUT = _env_int("BROKER_VISIBILITY_TIMEOUT", 300)

@@ -26,7 +26,8 @@ keep up with, every call keeps its own message and its lowest latency. Only call
 declares quick (``ToolAdapter.quick``: milliseconds, in this process) are batched: a batch runs
 its calls one after another under leases taken together, so a slow call would hold the others'
 leases. Calls of a tool class with a concurrency limit are never left to a drainer (their claim
-waits for a slot)."""
+waits for a slot), nor calls of a tool that waits (runtime.slots: each has its own message, and
+the worker that claims it makes it side by side with others instead of one after another)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from django.db import connection
 
 from runtime.admission import tool_class_of
 from runtime.tools import ToolAdapter, adapters
+from runtime.tools.base import waits
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,12 @@ def queue_of(tool: str) -> str:
 
 def _drainable(tool: str, adapter: ToolAdapter) -> bool:
     """A tool whose calls can be quick, of a class without a concurrency limit (a batch claim
-    takes no slot)."""
-    return adapter.quick_calls and tool_class_of(tool) not in settings.TOOL_CONCURRENCY
+    takes no slot), that does not wait (a call that waits is never quick)."""
+    return (
+        adapter.quick_calls
+        and not waits(adapter)
+        and tool_class_of(tool) not in settings.TOOL_CONCURRENCY
+    )
 
 
 def call_quick(tool: str, params: dict[str, Any]) -> bool:
@@ -111,10 +117,14 @@ def call_quick(tool: str, params: dict[str, Any]) -> bool:
 def call_drained_singly(tool: str, kind: str) -> bool:
     """Whether a drainer may take this call one at a time, through the one-operation path, when
     it is not quick: a tool call of a class without a concurrency limit (whose claim would wait
-    for a slot), with batches on."""
+    for a slot), with batches on. Never a call of a tool that waits: each has its own message,
+    and the worker that claims it makes it in a slot (runtime.slots), where a drainer would
+    make its calls one after another."""
+    adapter = adapters().get(tool)
     return (
         kind == "tool"
-        and tool in adapters()
+        and adapter is not None
+        and not waits(adapter)
         and tool_class_of(tool) not in settings.TOOL_CONCURRENCY
         and draining_enabled()
     )

@@ -1,6 +1,8 @@
 """The worker's side of the path: claim under a new lease generation, run the tool adapter with
 the operation's stable key and the generation as fencing token, report the result for fenced
-acceptance. Duplicate or late deliveries find nothing to claim and do nothing."""
+acceptance. Duplicate or late deliveries find nothing to claim and do nothing. A claimed call of
+a tool that waits is made in one of the process's slots (runtime.slots), the delivery returning
+once it is claimed; every other call is made by the delivery itself."""
 
 from __future__ import annotations
 
@@ -42,8 +44,10 @@ from runtime.operations import (
     operations_report_batch,
 )
 from runtime.publish import DRAIN_QUEUE, publish
+from runtime.slots import Slot, awaited, connection_release, slot_reserve
 from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
+from runtime.tools.base import adapters, waits
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +77,23 @@ def operation_deliver(operation_id: str) -> Delivery:
         return _execute(operation_id, execution_id)
 
 
+# A delivery that handed its claimed call to a slot (runtime.slots): it reports there.
+IN_SLOT = "in_slot"
+
+
 def _execute(operation_id: str, execution_id: str) -> Delivery:
     lease = _leased(operation_id, execution_id, _claim(operation_id, execution_id))
     if lease is None:
         return Delivery("nothing_to_claim")
     op = lease.operation
+    adapter = adapters().get(op.tool)
+    if adapter is not None and waits(adapter):
+        # A call that waits: into a free slot of this process, if it has one; otherwise (no
+        # slots here, or all taken) made here as any call, so the process takes no more work.
+        slot = slot_reserve()
+        if slot is not None:
+            slot.run(_run_in_slot, execution_id, lease, slot)
+            return Delivery(IN_SLOT)
     with work_bound(op):
         outcome = _run_claimed(operation_id, execution_id, lease)
     quick = call_quick(op.tool, op.params)
@@ -103,14 +119,23 @@ def _run_claimed(operation_id: str, execution_id: str, lease: Lease) -> str:
     return _report(execution_id, lease, _invoke_watched(lease))
 
 
-def _invoke_watched(lease: Lease) -> Report:
+def _run_in_slot(execution_id: str, lease: Lease, slot: Slot) -> None:
+    """A slot's call: made under its cancel watch and reported fenced, as a delivery's; a call
+    that ignores its cancel is settled and abandoned, not its process ended (runtime.slots)."""
+    with work_bound(lease.operation, execution_id=execution_id):
+        _report(execution_id, lease, _invoke_watched(lease, terminate=slot.abandon))
+
+
+def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -> Report:
     """Make the claimed call under a cancel watch (a call that ignores a cancel past the grace
-    period is ended by this worker: Limits)."""
+    period is ended by this worker: Limits; ``terminate`` is how, after it settled the call:
+    by default this process ends)."""
     with CancelWatch(
         operation_id=lease.operation_id,
         lease_generation=lease.lease_generation,
         lease_token=lease.lease_token,
         state_version=lease.state_version,
+        terminate=terminate,
     ):
         return _invoke(lease.operation, lease)
 
@@ -326,6 +351,8 @@ def _invoke_bound(op: Operation, lease: Lease) -> Report:
             _, cancel = lease_heartbeat(op.pk, lease.lease_generation, lease.lease_token)
         except StaleLease:
             return True  # lost the lease: stop as if cancelled
+        finally:
+            connection_release()  # a slot holds a connection only while it writes
         return cancel
 
     ctx = invocation_context(
@@ -338,10 +365,10 @@ def _invoke_bound(op: Operation, lease: Lease) -> Report:
     try:
         if adapter.contract == Contract.LOOKUP and lease.invocation_number > 1:
             # An earlier invocation went unconfirmed: ask the receiver before acting again.
-            found = adapter.lookup(ctx)
+            found = awaited(adapter.lookup(ctx))
             if found is not None:
                 return _succeeded(found)
-        outcome = adapter.invoke(ctx)
+        outcome = awaited(adapter.invoke(ctx))
     except ToolFailure as failure:
         if failure.kind == ToolFailure.UNKNOWN:
             return Report(outcome="unknown", message=failure.message, receipt=failure.receipt)

@@ -23,6 +23,7 @@ from django.db import close_old_connections, connections
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
 from runtime.executor import operation_deliver, queue_drain
 from runtime.notifications import notify_dispatch as _notify_dispatch
+from runtime.slots import slots_start, slots_stop
 from runtime.waits import wait_wake
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ def _child_started(**_: Any) -> None:
     # Connections inherited across fork break (celery #5483): every child opens its own.
     for conn in connections.all(initialized_only=True):
         conn.close()
+    # Calls of tools that wait are made side by side in this process (runtime.slots).
+    slots_start()
     try:
         execution_id = execution_current(label="celery")
         heartbeat_thread_start(execution_id, _heartbeat_stop)
@@ -68,6 +71,9 @@ def _task_ended(**_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _child_stopping(**_: Any) -> None:
+    # The calls in this process's slots are reported first (for at most a lease: a call still
+    # running then would lose its lease anyway); meanwhile the process is still alive.
+    slots_stop(timeout=float(settings.LEASE_SECONDS))
     _heartbeat_stop.set()
     try:
         execution_current_stop()

@@ -262,6 +262,29 @@ def slow_call(
     return Response(200, {"id": call_id})
 
 
+def slow_wait_start(*, key: str, fencing_token: int, deadline_remaining: float | None) -> int:
+    """The waiting receiver's first half (demo.slow_wait): record the call's start, as
+    ``slow_call`` does, and return its id; the caller waits, then calls ``slow_wait_end``."""
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cur:
+        cur.execute(_SLOW_START, [key, fencing_token, deadline_remaining, at(timezone.now())])
+        return int(cur.fetchone()[0])
+
+
+def slow_calls_started(key_part: str) -> int:
+    """How many calls this receiver has seen start under keys containing ``key_part`` (a task's
+    id: its operations' keys carry it)."""
+    return SlowCall.objects.filter(key__contains=key_part).count()
+
+
+def slow_wait_end(call_id: int) -> Response:
+    """Record the end of a call ``slow_wait_start`` began."""
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cur:
+        cur.execute(_SLOW_END, [at(timezone.now()), call_id])
+    return Response(200, {"id": call_id})
+
+
 # --- the receivers' own view of what they committed ---------------------------------------
 
 RECEIVERS = ("payments", "inventory", "notify", "slow")

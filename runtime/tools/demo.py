@@ -3,12 +3,14 @@ records; the fault knobs of runtime.tools.faults strike around the receiver's co
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runtime.budgets import MAX_AMOUNT
 from runtime.errors import InvalidInput
 from runtime.keys import key_notification
 from runtime.sandbox import receivers
+from runtime.slots import connection_release
 from runtime.tools import faults
 from runtime.tools.base import (
     Contract,
@@ -153,6 +155,57 @@ class Slow(ToolAdapter):
         )
 
 
+class SlowWait(ToolAdapter):
+    """A call that waits, as a call to a model or an HTTP API does (``io_bound``): a worker
+    process makes many side by side, each in a slot (runtime.slots). Its receiver records each
+    call's start and end (demo.slow's records). It waits ``seconds``; with ``wait_for`` N, only
+    until N calls of its task have started at the receiver (or ``seconds`` passed): a barrier
+    that only calls made side by side pass. It holds no database connection while it waits,
+    and does not listen to cancellation meanwhile (it never heartbeats)."""
+
+    name = "demo.slow_wait"
+    description = (
+        "Waits `seconds` at its receiver (or until `wait_for` calls of its task started there), "
+        "holding no worker process: calls like it run side by side."
+    )
+    contract = Contract.PURE
+    io_bound = True
+    demo = True
+    params_schema = _schema(
+        {
+            "seconds": {"type": "number", "minimum": 0, "maximum": 120, "default": 1},
+            "wait_for": {"type": "integer", "minimum": 1, "maximum": 10000},
+        },
+        usage=True,
+    )
+
+    def invoke(self, ctx: InvocationContext) -> ToolResult:
+        fault = faults.before_effect(ctx)
+        call_id = receivers.slow_wait_start(
+            key=ctx.idempotency_key,
+            fencing_token=ctx.fencing_token,
+            deadline_remaining=ctx.remaining_seconds(),
+        )
+        connection_release()
+        until = time.monotonic() + float(ctx.params.get("seconds", 1))
+        wanted = ctx.params.get("wait_for")
+        while (left := until - time.monotonic()) > 0:
+            if wanted is None:
+                time.sleep(left)
+                break
+            started = receivers.slow_calls_started(ctx.task_id)
+            connection_release()
+            if started >= int(wanted):
+                break
+            time.sleep(min(left, 0.1))
+        response = receivers.slow_wait_end(call_id)
+        faults.after_effect(ctx, fault)
+        return ToolResult(
+            result={**_effective(ctx.params), "call": response.body["id"]},
+            usage={"tool_calls": 1, **_usage(ctx.params)},
+        )
+
+
 class PaymentsCharge(ToolAdapter):
     name = "demo.payments.charge"
     description = "Charges an account (a Stripe-like receiver: the first result per key)."
@@ -290,5 +343,6 @@ for _adapter in (
     InventoryRelease(),
     Notify(),
     Slow(),
+    SlowWait(),
 ):
     register(_adapter)
