@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 
+from runtime import dialect
+
 T = TypeVar("T")
 
 
@@ -45,7 +47,7 @@ def db_now() -> datetime:
     compares with a time another host wrote (an approval's validity, a lease): two hosts'
     clocks may disagree, the database's is one. The embedded mode (SQLite) runs on one host,
     so its process clock is that clock."""
-    if connection.vendor != "postgresql":
+    if not dialect.database_clock():
         return datetime.now(UTC)
     with connection.cursor() as cur:
         cur.execute("SELECT statement_timestamp()")
@@ -119,7 +121,7 @@ def prepared_cursor() -> Any:
     # The default connection, looked up once: each attribute read through the ``connection``
     # proxy is a lookup of the thread's connection, and this runs twice per proposal.
     conn = connections[DEFAULT_DB_ALIAS]
-    if conn.vendor != "postgresql":
+    if not dialect.server_side_binding(conn):
         return conn.cursor()
 
     conn.close_if_health_check_failed()

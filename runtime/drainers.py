@@ -40,8 +40,8 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import connection
 
+from runtime import dialect
 from runtime.admission import tool_class_of
 from runtime.tools import ToolAdapter, adapters
 from runtime.tools.base import waits
@@ -77,13 +77,11 @@ _scripts: dict[tuple[int, str], Any] = {}
 
 
 def draining_enabled() -> bool:
-    """Batches need the PostgreSQL statements and a Redis registry; DRAIN_BATCH=0 turns them
-    off (every call then has its own message, as in the embedded mode)."""
+    """Batches need the one-statement forms (``dialect.one_statement_forms``) and a Redis
+    registry; DRAIN_BATCH=0 turns them off (every call then has its own message, as in the
+    embedded mode)."""
     return (
-        int(settings.DRAIN_BATCH) > 0
-        and bool(settings.REDIS_URL)
-        and connection.vendor == "postgresql"
-        and getattr(settings, "HOTPATH", True)
+        int(settings.DRAIN_BATCH) > 0 and bool(settings.REDIS_URL) and dialect.one_statement_forms()
     )
 
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from psycopg.types.json import Jsonb
 
+from runtime import dialect
 from runtime.attempts import AttemptMoved
 from runtime.budgets import budget_remember
 from runtime.db import prepared_cursor, refusal_code
@@ -123,8 +123,9 @@ _TASK_NAMES = (
 
 
 def enabled() -> bool:
-    """On PostgreSQL, unless switched off (``HOTPATH = False``: tests of the general path)."""
-    return connection.vendor == "postgresql" and getattr(settings, "HOTPATH", True)
+    """``dialect.one_statement_forms()``, under the name the simulation still calls it by
+    (runtime/simulation/world.py); the runtime asks the dialect."""
+    return dialect.one_statement_forms()
 
 
 def ledger_needed(budget: dict[str, Any] | None) -> bool:

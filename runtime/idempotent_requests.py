@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from runtime import dialect
 from runtime.db import prepared_cursor
 from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress, StaleLease
 from runtime.lease_tokens import lease_token_restore
@@ -75,7 +76,7 @@ def request_in_one_commit() -> bool:
     """Whether keys can be taken inside the request's own transaction (PostgreSQL's
     transaction-scoped advisory locks); elsewhere the key's record is claimed in a short
     transaction of its own first."""
-    return connection.vendor == "postgresql"
+    return dialect.advisory_locks()
 
 
 def request_claim_txn(

@@ -21,7 +21,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runtime import hotpath
+from runtime import dialect, hotpath
 from runtime.actors import SWEEPER, execution_actor
 from runtime.admission import concurrency_slot_free_txn
 from runtime.approval_gate import approval_release_txn
@@ -131,7 +131,7 @@ def operation_claim(
             # whoever runs it: an agent's running operation is active work as a worker's is.
             if not _slot_free_txn(operation_id, now):
                 return Refusal("the tool class is at its concurrency limit")
-            if hotpath.enabled():
+            if dialect.one_statement_forms():
                 lease = claim_fast_txn(
                     operation_id,
                     execution_id=execution_id,
@@ -267,7 +267,7 @@ def _lease_end(now: datetime) -> tuple[Any, datetime | None]:
     compares with that clock too, never weighs one host's clock against another's. The
     embedded mode (SQLite) runs on one host, whose process clock is its one clock."""
     length = timedelta(seconds=lease_seconds())
-    if connection.vendor != "postgresql":
+    if not dialect.database_clock():
         return now + length, now + length
     return ExpressionWrapper(Now() + length, output_field=DateTimeField()), None
 
@@ -277,7 +277,7 @@ def lease_clock(now: datetime | None) -> Any:
     process clock in the embedded mode; an explicit ``now`` stands for that clock (tests)."""
     if now is not None:
         return now
-    return Now() if connection.vendor == "postgresql" else timezone.now()
+    return Now() if dialect.database_clock() else timezone.now()
 
 
 def _settle_or_refuse(
@@ -482,13 +482,12 @@ def lease_heartbeat(
     A heartbeat that commits before the sweeper's takeover keeps the lease: the takeover
     re-checks the expiry in its own statement."""
     now = now or timezone.now()
-    postgres = connection.vendor == "postgresql"
     with connection.cursor() as cur:
         # One statement: extend under the claim and read the stop flags in the same breath.
         # On PostgreSQL the expiry is the database's clock plus the lease, never the caller's
         # ``now`` (a worker's clock, maybe skewed against the sweeper's host).
         cur.execute(
-            _HEARTBEAT_SQL_PG if postgres else _HEARTBEAT_SQL,
+            _HEARTBEAT_SQL_PG if dialect.database_clock() else _HEARTBEAT_SQL,
             {
                 "expires": now + timedelta(seconds=lease_seconds()),
                 "seconds": lease_seconds(),

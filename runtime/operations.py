@@ -21,7 +21,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from runtime import hotpath
+from runtime import dialect, hotpath
 from runtime.actors import Actor, execution_actor
 from runtime.admission import queue_admit_txn, queue_limited, tool_class_of
 from runtime.approval_gate import (
@@ -195,7 +195,7 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
         timeout_seconds=spec.timeout_seconds,
         deadline=task.deadline,
     )
-    if hotpath.enabled() and not gated and not hotpath.ledger_needed(task.budget):
+    if dialect.one_statement_forms() and not gated and not hotpath.ledger_needed(task.budget):
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row,
         # admission checked inside it under the task's row lock (a refusal fails the statement,
         # which then wrote nothing). With no transaction open and no queue capacity to count,
@@ -470,7 +470,7 @@ def _fast_acceptable(snapshot: Operation, lease_generation: int, state_version: 
     """Whether the claim's snapshot may decide the acceptance in one statement: it is the claim
     reported under, of a plain call (not a compensation) of a task without a ledger to settle."""
     return (
-        hotpath.enabled()
+        dialect.one_statement_forms()
         and snapshot.lease_generation == lease_generation
         and snapshot.state_version == state_version
         and snapshot.compensates_id is None

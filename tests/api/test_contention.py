@@ -20,7 +20,7 @@ def test_a_request_rolled_back_by_contention_is_503_busy_and_changes_nothing():
 
     other = connection.get_new_connection(connection.get_connection_params())
     try:
-        if connection.vendor == "postgresql":
+        if connection.features.has_select_for_update:  # row locks (SQLite locks the database)
             with connection.cursor() as cur:
                 cur.execute("SET lock_timeout = '200ms'")
             other.execute("SELECT 1 FROM runtime_task WHERE id = %s FOR UPDATE", [task.pk])
@@ -32,7 +32,7 @@ def test_a_request_rolled_back_by_contention_is_503_busy_and_changes_nothing():
     finally:
         other.rollback()
         other.close()
-        if connection.vendor == "postgresql":
+        if connection.features.has_select_for_update:
             with connection.cursor() as cur:
                 cur.execute("RESET lock_timeout")
 

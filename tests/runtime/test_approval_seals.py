@@ -67,7 +67,7 @@ def _claim(op):
 
 def _sql(table: str, assignments: dict, pk: str) -> None:
     """A direct UPDATE, as someone with database access would write it (no model, no service)."""
-    casts = {"params": "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"}
+    casts = {"params": "CAST(%s AS jsonb)" if connection.features.has_native_json_field else "%s"}
     sets = ", ".join(f"{column} = {casts.get(column, '%s')}" for column in assignments)
     values = [json.dumps(v) if column == "params" else v for column, v in assignments.items()]
     with connection.cursor() as cursor:

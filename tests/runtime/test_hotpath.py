@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runtime import hotpath
+from runtime import dialect, hotpath
 from runtime.executions import execution_for_agent
 from runtime.executor import operation_execute
 from runtime.leases import Lease, lease_heartbeat, operation_claim
@@ -521,7 +521,7 @@ def _claim_statement_txn(op: Operation, execution: str) -> Operation | None:
 @pytest.mark.django_db(transaction=True)
 def test_a_proposal_that_needs_approval_is_waiting_approval_with_nothing_announced(settings):
     settings.HOTPATH = True
-    assert hotpath.enabled()
+    assert dialect.one_statement_forms()
     owner = factories.agent()
     task = factories.task(owner)
     op, created = operation_propose(
