@@ -36,6 +36,8 @@ BENCH_PACED_SECONDS (10), BENCH_SAMPLE (40), BENCH_CELERY_TASKS (3000), BENCH_DB
 (1500), BENCH_DBOS_THREADS (4 x WORKERS), BENCH_DBOS_POLL (0.01 s), BENCH_FLOOR_REQUESTS (1500),
 BENCH_MIX_OPS (600), BENCH_MIX_ROUNDS (3), BENCH_BACKLOG (600), BENCH_BATCH_OPS (2000),
 BENCH_READ_EVENTS (1000000), BENCH_READ_TASKS (10000), BENCH_READ_REQUESTS (200),
+BENCH_SLOW_OPS (400), BENCH_SLOW_SECONDS (1), BENCH_SLOW_FULL_SECONDS (15), BENCH_PARTS (all;
+slow: the stack and the slow tools' part only),
 BENCH_TIMEOUT (300 s), BENCH_SEED (1), BENCH_PRIVATE_REDIS (1), BENCH_OUT (var/bench).
 """
 
@@ -93,6 +95,11 @@ MIX_OPS = knob("BENCH_MIX_OPS", 600, 30)
 MIX_ROUNDS = knob("BENCH_MIX_ROUNDS", 3, 1)
 BACKLOG = knob("BENCH_BACKLOG", 600, 40)
 BATCH_OPS = knob("BENCH_BATCH_OPS", 2000, 60)
+SLOW_OPS = knob("BENCH_SLOW_OPS", 400, 60)
+SLOW_SECONDS = float(os.environ.get("BENCH_SLOW_SECONDS", "1"))
+SLOW_FULL_SECONDS = knob("BENCH_SLOW_FULL_SECONDS", 15, 8)
+# "slow": only the stack and the slow tools' part (its own RESULT line), for a quick look.
+PARTS = os.environ.get("BENCH_PARTS", "all")
 READ_EVENTS = knob("BENCH_READ_EVENTS", 1_000_000, 20_000)
 READ_TASKS = knob("BENCH_READ_TASKS", 10_000, 200)
 READ_REQUESTS = knob("BENCH_READ_REQUESTS", 200, 30)
@@ -973,6 +980,115 @@ def batch_burst(bench: Bench, stack: Stack, agent: Agent, total: int, label: str
     return {"ops_per_s": total / max(1e-9, last - started), "ops": total, **counts}
 
 
+def slow_tools(bench: Bench, stack: Stack, agent: Agent, label: str) -> dict[str, Any]:
+    """Slow tools side by side (issue 36, runtime.slots): BENCH_SLOW_OPS calls of
+    ``demo.slow_wait`` waiting BENCH_SLOW_SECONDS each, posted over HTTP as the headline's;
+    ops/s from the first send to the last acceptance's commit; calls in flight on average: the
+    time the calls held their leases (each invocation's claim to its report) over that window,
+    and the peak. Then ``slots_full``: each worker process's memory with its slots full."""
+    from django.utils import timezone
+
+    from runtime.models import Execution, Invocation
+
+    before = {pid: _memory(pid) for pid in stack.pids("celery")}
+    began = timezone.now()
+    got = ours_http(
+        bench,
+        stack,
+        agent,
+        label,
+        SLOW_OPS,
+        tool="demo.slow_wait",
+        params={"seconds": SLOW_SECONDS},
+    )
+    held = list(
+        Invocation.objects.filter(
+            operation__task__name__startswith=f"bench {label} ", started_at__gte=began
+        ).values_list("started_at", "finished_at", "execution_id")
+    )
+    spans = [(s.timestamp(), f.timestamp()) for s, f, _ in held if f is not None]
+    points = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans])
+    running = peak = 0
+    for _, delta in points:
+        running += delta
+        peak = max(peak, running)
+    per_process = Counter(Execution.objects.get(pk=e).pid for _, _, e in held)
+    return {
+        **got,
+        "in_flight_avg": sum(f - s for s, f in spans) / max(1e-9, got["seconds"]),
+        "in_flight_peak": peak,
+        "calls_per_process": sorted(per_process.values()),
+        "slots_full": {**slots_full(agent, f"{label}-full"), "before": before},
+    }
+
+
+def _memory(pid: int) -> dict[str, float]:
+    """A process's resident memory now and at its peak (MB), and its threads."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    status = dict(line.split(":", 1) for line in lines if ":" in line)
+    return {
+        "threads": int(status["Threads"]),
+        "rss_mb": int(status["VmRSS"].split()[0]) / 1024,
+        "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
+    }
+
+
+def slots_full(agent: Agent, label: str) -> dict[str, Any]:
+    """Each worker process's resident memory with its slots full: WORKERS x TOOL_SLOTS calls
+    of ``demo.slow_wait`` proposed at once, each waiting BENCH_SLOW_FULL_SECONDS; read from
+    /proc once every call started at its receiver, before any ends, for each process holding
+    calls, beside its count of calls and threads."""
+    from django.conf import settings
+
+    from runtime.models import Execution, Operation
+    from runtime.sandbox.models import SlowCall
+
+    count = WORKERS * int(settings.TOOL_SLOTS)
+    task_id = new_tasks(agent, 1, label)[0]
+    threads_n = AGENT_CLIENTS
+
+    def proposer(k: int) -> None:
+        from django.db import connection
+
+        try:
+            for i in range(k, count, threads_n):
+                propose(
+                    agent,
+                    task_id,
+                    f"{label}-{i}",
+                    "demo.slow_wait",
+                    {"seconds": SLOW_FULL_SECONDS},
+                )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=proposer, args=(k,)) for k in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wait_until(
+        lambda: SlowCall.objects.filter(key__contains=task_id).count() >= count,
+        SLOW_FULL_SECONDS,
+        f"{count} slow calls to start together",
+        every=0.2,
+    )
+    holding = Counter(
+        Operation.objects.filter(task_id=task_id, status="running").values_list(
+            "execution_id", flat=True
+        )
+    )
+    processes = []
+    for execution_id, calls in sorted(holding.items(), key=lambda kv: -kv[1]):
+        pid = Execution.objects.get(pk=execution_id).pid or 0
+        processes.append({"pid": pid, "calls": calls, **_memory(pid)})
+    wait_drained([task_id], count)
+    return {"slots": int(settings.TOOL_SLOTS), "calls": count, "processes": processes}
+
+
 def ours_counts(agent: Agent) -> dict[str, Any]:
     """Round trips per operation, counted in this process over SAMPLE operations with no worker
     running: the proposal through the REST view (Django's handler with the console's
@@ -1553,6 +1669,11 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
     rng = random.Random(SEED)
     try:
         stack.ready(agent)
+        if PARTS == "slow":
+            slow = slow_tools(bench, stack, agent, "slow")
+            _slow_log(slow)
+            print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in _slow_result(slow).items()))
+            return 0
         noop = celery_pool(WORKERS, env)
         wait_until(lambda: _floor_up(floor_port, agent.secret), 60, "the floor's web server", 0.2)
         log(f"stack up on port {port} (web, worker with {WORKERS} processes, beat)")
@@ -1620,6 +1741,8 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
                 mixes[mix].append(got)
                 log(f"{label}: {got['ops_per_s']:.1f} ops/s")
         extra["mixes"] = dict(mixes)
+        extra["slow_tools"] = slow_tools(bench, stack, agent, "slow")
+        _slow_log(extra["slow_tools"])
         reader = bench_agent(f"bench-reads-{READ_TASKS}x{READ_EVENTS}")
         seed = seed_reads(reader)
         vacuum()
@@ -1672,6 +1795,7 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
         "backlog_ops_per_s": mix_median("backlog"),
         "list_p99_ms": extra["reads"]["list_p99_ms"],
         "timeline_p99_ms": extra["reads"]["timeline_p99_ms"],
+        **_slow_result(extra["slow_tools"]),
     }
     intervals = {
         "ratio_vs_celery": bootstrap(vs_celery),
@@ -1715,6 +1839,36 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
     log(f"report: {path} ({time.perf_counter() - began:.0f} s in all)")
     print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in result.items()), flush=True)
     return 0
+
+
+def _slow_result(slow: dict[str, Any]) -> dict[str, float]:
+    full = slow["slots_full"]["processes"]
+    return {
+        "slow_ops_per_s": slow["ops_per_s"],
+        "slow_in_flight": slow["in_flight_avg"],
+        "slow_worker_rss_mb": max((p["rss_mb"] for p in full), default=0.0),
+    }
+
+
+def _slow_log(slow: dict[str, Any]) -> None:
+    full = slow["slots_full"]
+    log(
+        f"slow tools: {slow['ops']} calls of {SLOW_SECONDS:g} s, {slow['ops_per_s']:.1f} ops/s, "
+        f"{slow['in_flight_avg']:.1f} in flight on average (peak {slow['in_flight_peak']}), "
+        f"calls per process {slow['calls_per_process']}; slots full ({full['slots']} a process, "
+        f"{full['calls']} calls): "
+        + ", ".join(
+            f"pid {p['pid']} {p['calls']} calls {p['threads']} threads "
+            f"{p['rss_mb']:.0f} MB (peak {p['peak_rss_mb']:.0f} MB)"
+            for p in full["processes"]
+        )
+        + "; before the part: "
+        + ", ".join(
+            f"pid {pid} {m['threads']} threads {m['rss_mb']:.0f} MB"
+            for pid, m in full["before"].items()
+            if m
+        )
+    )
 
 
 def _floor_up(port: int, secret: str) -> bool:

@@ -44,7 +44,7 @@ from runtime.operations import (
     operations_report_batch,
 )
 from runtime.publish import DRAIN_QUEUE, publish
-from runtime.slots import Slot, awaited, connection_release, slot_reserve
+from runtime.slots import Slot, awaited, db_step, slot_reserve
 from runtime.stopping import CancelWatch
 from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
 from runtime.tools.base import adapters, waits
@@ -348,11 +348,11 @@ def _invoke_bound(op: Operation, lease: Lease) -> Report:
 
     def heartbeat() -> bool:
         try:
-            _, cancel = lease_heartbeat(op.pk, lease.lease_generation, lease.lease_token)
+            # In a slot, from any thread: a pooled connection, held only for the statement.
+            with db_step():
+                _, cancel = lease_heartbeat(op.pk, lease.lease_generation, lease.lease_token)
         except StaleLease:
             return True  # lost the lease: stop as if cancelled
-        finally:
-            connection_release()  # a slot holds a connection only while it writes
         return cancel
 
     ctx = invocation_context(

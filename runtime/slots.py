@@ -22,9 +22,14 @@ drainers' lists, would be a second way to announce, claim and dedupe work.
 - Database connections: PostgreSQL's max_connections is shared by every process, and a slot
   waits far longer than it writes. A slot thread's connection comes from a small pool of the
   process's (TOOL_SLOT_DB_POOL connections, psycopg_pool through Django's pooling) and goes
-  back after each step that wrote (the heartbeat, the report; ``connection_release`` for a
-  tool's own statements), so a slot holds one only while it writes. (The embedded mode's SQLite
-  connection is a file: closed after each step likewise.)
+  back after each step that wrote (the report; ``connection_release`` for a tool's own
+  statements), so a slot holds one only while it writes. A heartbeat takes one from that pool
+  for its statement from whatever thread calls it (``db_step``: a tool may heartbeat from a
+  thread of its own while its request blocks). (The embedded mode's SQLite connection is a
+  file: closed after each step likewise.)
+- Heartbeats are the tool's, as for any call (``ctx.heartbeat()``): a process-wide loop that
+  kept every slot's lease alive would also keep a hung call's lease for ever, where a lapsed
+  lease hands the call to the sweeper and its attempts run out.
 - Cancellation: the process's one cancel watch covers every slot (a CancelWatch per call, as
   for any call). A call that ignores its cancel past CANCEL_GRACE_SECONDS is settled by the
   same fenced writer as any other; then an async call is cancelled in its loop, while a
@@ -42,15 +47,17 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
-from runtime import dialect
+from runtime.db import outside_transaction
 from runtime.tools.base import ToolFailure
 
 log = logging.getLogger(__name__)
@@ -204,12 +211,41 @@ def in_slot() -> bool:
 
 
 def connection_release() -> None:
-    """In a slot's thread, outside a transaction: give its database connection back (to the
-    slots' pool), so the slot holds none while its call waits. Elsewhere: nothing (a Celery
-    thread keeps its persistent connection). A tool whose receiver it reaches through the
-    console's database (the demo tools) calls it before it waits."""
-    if in_slot() and not connections[DEFAULT_DB_ALIAS].in_atomic_block:
+    """In a slot's thread: give its database connection back (to the slots' pool), so the slot
+    holds none while its call waits. Elsewhere: nothing (a Celery thread keeps its persistent
+    connection). A tool whose receiver it reaches through the console's database (the demo
+    tools) calls it before it waits. Preconditions: no transaction is open, as for any tool's
+    call (TransactionOpen otherwise)."""
+    if in_slot():
+        outside_transaction("giving a slot's connection back")
         connections[DEFAULT_DB_ALIAS].close()
+
+
+@contextmanager
+def db_step() -> Iterator[None]:
+    """One database step of a call made in this process's slots (a heartbeat), from whatever
+    thread makes it: a slot's own, or one its tool started to heartbeat while it waits. Its
+    connection comes from the slots' pool and goes back at the end, so no thread of a slot's
+    call holds a connection while the call waits. The Celery thread (a call made outside the
+    slots), and a process without slots, keep their own connection."""
+    if in_slot():
+        try:
+            yield
+        finally:
+            connection_release()
+        return
+    outside = threading.current_thread() is threading.main_thread() or not slots_busy()
+    pooled = None if outside else _pooled_wrapper()
+    if pooled is None:
+        yield
+        return
+    own = connections[DEFAULT_DB_ALIAS]
+    connections[DEFAULT_DB_ALIAS] = pooled
+    try:
+        yield
+    finally:
+        pooled.close()
+        connections[DEFAULT_DB_ALIAS] = own
 
 
 def awaited(value: T | Awaitable[T]) -> T:
@@ -241,9 +277,16 @@ async def _resolved(value: Awaitable[T]) -> T:
 
 def _thread_started() -> None:
     """A slot thread's default database connection is a pooled one (PostgreSQL)."""
-    default = connections[DEFAULT_DB_ALIAS]
-    if not dialect.connection_pool(default):
-        return
+    pooled = _pooled_wrapper()
+    if pooled is not None:
+        connections[DEFAULT_DB_ALIAS] = pooled
+
+
+def _pooled_wrapper() -> BaseDatabaseWrapper | None:
+    """A database wrapper whose connections come from the slots' pool (Django keeps one pool
+    per alias and process); None where the database has no pooling (SQLite)."""
+    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+        return None
     conf = dict(connections.settings[DEFAULT_DB_ALIAS])
     conf["CONN_MAX_AGE"] = 0  # Django's pooling requires it
     conf["OPTIONS"] = {
@@ -255,7 +298,8 @@ def _thread_started() -> None:
             "name": SLOT_ALIAS,
         },
     }
-    connections[DEFAULT_DB_ALIAS] = load_backend(conf["ENGINE"]).DatabaseWrapper(conf, SLOT_ALIAS)
+    wrapper: BaseDatabaseWrapper = load_backend(conf["ENGINE"]).DatabaseWrapper(conf, SLOT_ALIAS)
+    return wrapper
 
 
 def _database_pool_close() -> None:

@@ -49,6 +49,7 @@ from runtime.outbox import outbox_publish
 from runtime.sandbox.models import SlowCall
 from runtime.tools import base, loading
 from tests import factories
+from tests.concurrency import in_thread
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -417,3 +418,29 @@ def test_a_call_that_waits_is_handed_to_a_slot_which_writes_through_a_few_connec
         (others,) = cur.fetchone()
     assert others <= 2
     assert len(_slot_threads()) == 8
+
+
+def test_a_heartbeat_from_a_thread_a_tool_started_holds_no_connection_after_it(process_slots):
+    """A tool in a slot may heartbeat from a thread of its own while its request blocks (the
+    HTTP tools do): the statement takes a connection from the slots' pool and gives it back."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    execution_current()
+    op = factories.operation(owner, task, tool="demo.slow_wait", params={"seconds": 3})
+    assert operation_deliver(op.pk).outcome == IN_SLOT
+    assert slots.slots_busy() == 1
+
+    def beat() -> tuple[int, bool]:
+        with slots.db_step(), connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            (pid,) = cur.fetchone()
+        return pid, connection.connection is None
+
+    thread, future = in_thread(beat, "tool-heartbeat")
+    thread.join(timeout=30)
+    pid, holds_none = future.result()
+    assert holds_none  # its own connection was never opened, the pooled one went back
+    with connection.cursor() as cur:
+        cur.execute("SELECT application_name, state FROM pg_stat_activity WHERE pid = %s", [pid])
+        assert cur.fetchone()[1] == "idle"  # still open: in the pool, for the next step
+    wait_for(lambda: Operation.objects.get(pk=op.pk).status == "succeeded", timeout=30)
