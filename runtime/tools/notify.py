@@ -15,26 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
 import json
 import socket
-import ssl
 import time
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from runtime.errors import InvalidInput
-from runtime.notify_secrets import (
-    Endpoint,
-    PrivateHost,
-    endpoint_get,
-    host_addresses,
-    url_validate,
-)
+from runtime.notify_secrets import Endpoint, endpoint_get
 from runtime.tools.base import Contract, InvocationContext, ToolAdapter, ToolFailure, ToolResult
 from runtime.tools.base import register as _register
+from runtime.tools.outbound import Answer, answer_check, http_request
 
 SIGNATURE_HEADER = "X-Console-Signature"
 TIMESTAMP_HEADER = "X-Console-Timestamp"
@@ -105,58 +96,18 @@ class EmailNotify(ToolAdapter):
         )
 
 
-def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-    """POST ``body`` to ``url`` over a connection to an address the host check accepted (no
-    second lookup a DNS answer could change in between)."""
-    try:
-        # The environment's URLs are read from settings, not typed into a form: checked here.
-        url_validate(url)
-    except InvalidInput as exc:
-        raise ToolFailure(ToolFailure.PERMANENT, exc.message) from None
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
-    try:
-        addresses = host_addresses(host, port)
-    except PrivateHost as exc:
-        raise ToolFailure(ToolFailure.PERMANENT, str(exc)) from None
-    except OSError as exc:
-        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot resolve {host}: {exc}") from None
-    timeout = float(settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS)
-    path = parts.path or "/"
-    if parts.query:
-        path = f"{path}?{parts.query}"
-    try:
-        sock = socket.create_connection((addresses[0], port), timeout=timeout)
-    except OSError as exc:
-        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot connect to {host}: {exc}") from None
-    conn: http.client.HTTPConnection
-    if https:
-        context = ssl.create_default_context()
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
-        conn.sock = context.wrap_socket(sock, server_hostname=host)
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        conn.sock = sock
-    try:
-        conn.request("POST", path, body=body, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read(2000)
-    except Exception as exc:
-        # Sent, or partly: the receiver may have acted.
-        raise ToolFailure(ToolFailure.UNKNOWN, f"no answer from {host}: {exc!r}"[:500]) from None
-    finally:
-        conn.close()
-
-
-def _classify(status: int, answer: bytes, host: str) -> None:
-    if 200 <= status < 300:
-        return
-    text = answer.decode("utf-8", "replace")[:200]
-    if status in (408, 409, 425, 429) or status >= 500:
-        raise ToolFailure(ToolFailure.TRANSIENT, f"{host} answered {status}: {text}")
-    raise ToolFailure(ToolFailure.PERMANENT, f"{host} answered {status}: {text}")
+def _post(url: str, body: bytes, headers: dict[str, str]) -> Answer:
+    """POST ``body`` to ``url`` through the address guard (runtime.tools.outbound), with the
+    notifications' switch and timeout; a status other than 2xx raises ToolFailure."""
+    answer = http_request(
+        "POST",
+        url,
+        body=body,
+        headers=headers,
+        timeout=float(settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS),
+    )
+    answer_check(answer)
+    return answer
 
 
 def _endpoint(ctx: InvocationContext, fmt: str) -> Endpoint:
@@ -196,10 +147,8 @@ class WebhookNotify(ToolAdapter):
         }
         if endpoint.secret:
             headers[SIGNATURE_HEADER] = webhook_signature(endpoint.secret, timestamp, body)
-        status, answer = _post(endpoint.url, body, headers)
-        host = urlsplit(endpoint.url).hostname or ""
-        _classify(status, answer, host)
-        return ToolResult(result={"status": status}, receipt={"endpoint": endpoint.id})
+        answer = _post(endpoint.url, body, headers)
+        return ToolResult(result={"status": answer.status}, receipt={"endpoint": endpoint.id})
 
 
 class SlackNotify(ToolAdapter):
@@ -220,9 +169,8 @@ class SlackNotify(ToolAdapter):
         endpoint = _endpoint(ctx, "slack")
         body = json.dumps({"text": ctx.params["text"]}).encode()
         headers = {"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key}
-        status, answer = _post(endpoint.url, body, headers)
-        _classify(status, answer, urlsplit(endpoint.url).hostname or "")
-        return ToolResult(result={"status": status}, receipt={"endpoint": endpoint.id})
+        answer = _post(endpoint.url, body, headers)
+        return ToolResult(result={"status": answer.status}, receipt={"endpoint": endpoint.id})
 
 
 for _adapter in (EmailNotify(), WebhookNotify(), SlackNotify()):
