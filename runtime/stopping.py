@@ -2,8 +2,9 @@
 from its heartbeat); a worker-run call that has not stopped ``CANCEL_GRACE_SECONDS`` after the
 request is ended by its worker: the operation is settled for the receiver's contract (a pure
 call is cancelled; a call that may have had an effect stays unresolved, for a person) and then
-the worker's child process is terminated. A completion that committed first wins: the settling
-is fenced on the claim (generation, token, state version) like any acceptance."""
+the worker's child process is terminated (a call in one of its slots is left to end, its report
+refused, and the process goes on: runtime.slots). A completion that committed first wins: the
+settling is fenced on the claim (generation, token, state version) like any acceptance."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ def operation_terminate(
 
 class CancelWatch:
     """Beside a worker-run call: polls (read only) for a cancel request; once the grace period
-    passed since it saw one, settles the operation and terminates this process.
+    passed since it saw one, settles the operation and terminates this process (``terminate``:
+    a call in a slot is abandoned instead, runtime.slots).
 
     The polling is done by one thread per process (``_Watcher``), kept from call to call: a
     thread started for every call and joined after it cost two waits for the scheduler per
@@ -164,7 +166,7 @@ class CancelWatch:
         )
         if ended:
             log.warning(
-                "operation %s ignored its cancel for %ss: ending this worker process",
+                "operation %s ignored its cancel for %ss: settled by its worker",
                 self.operation_id,
                 self.grace,
             )
@@ -249,5 +251,6 @@ def _watcher() -> _Watcher:
 def _terminate_this_process() -> None:
     # The call runs in this process's main thread and cannot be interrupted safely: the process
     # ends. Celery (acks_late + reject_on_worker_lost) redelivers the message, and the claim
-    # finds the operation settled.
+    # finds the operation settled. (A call in a slot is left instead: runtime.slots.)
+    log.warning("ending this worker process")
     os.kill(os.getpid(), signal.SIGKILL)

@@ -17,6 +17,7 @@ slots, under its own lease, cancel watch and fenced acceptance.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -156,6 +157,23 @@ def test_a_worker_killed_with_a_hundred_slow_calls_in_flight_loses_none_repeats_
         pk__in=Invocation.objects.filter(operation__in=ops, number=2).values("execution_id"),
         pid__in=killed,
     ).exists()
+
+
+@pytest.mark.workers
+def test_a_worker_stopped_with_calls_in_its_slots_reports_them_before_it_exits(workers):
+    (worker,) = workers.start(count=1, concurrency=1, **ENV)
+    owner = factories.agent()
+    task = factories.task(owner)
+    ops = [
+        factories.operation(owner, task, tool="demo.slow_wait", params={"seconds": 3, "n": i})
+        for i in range(5)
+    ]
+    wait_for(lambda: _started(ops) == 5, timeout=60, what=worker.tail())
+    # A warm shutdown (SIGTERM): the Celery tasks returned long ago, the calls are in slots.
+    worker.proc.send_signal(signal.SIGTERM)
+    worker.proc.wait(timeout=60)
+    for op in Operation.objects.filter(pk__in=_ids(ops)):
+        assert (op.status, op.lease_generation) == ("succeeded", 1)
 
 
 @pytest.mark.workers
