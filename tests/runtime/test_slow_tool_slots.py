@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runtime import slots
@@ -52,6 +53,7 @@ from runtime.tools import base, loading
 from tests import factories
 from tests.concurrency import in_thread
 from tests.conftest import wait_for
+from tests.sqlcount import statements
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -396,8 +398,12 @@ def test_quick_and_cpu_bound_tools_keep_their_path(process_slots):
     echo = factories.operation(owner, task, params={"n": 1})
     cpu = factories.operation(owner, task, tool="demo.slow", params={"seconds": 0})
     assert not _slot_threads()
-    # Made by the delivery itself, in this thread: no slot taken, no slot thread started.
-    assert operation_deliver(echo.pk).outcome == "succeeded"
+    execution_current()
+    # Made by the delivery itself, in this thread: no slot taken, no slot thread started, and
+    # the statements of the one-operation path, no other (the claim, the acceptance).
+    with CaptureQueriesContext(connection) as ctx:
+        assert operation_deliver(echo.pk).outcome == "succeeded"
+    assert len(statements(ctx)) == 2, statements(ctx)
     assert operation_deliver(cpu.pk).outcome == "succeeded"
     assert not _slot_threads()
     assert slots.slots_busy() == 0
