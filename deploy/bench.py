@@ -1855,7 +1855,10 @@ def _slow_log(slow: dict[str, Any]) -> None:
     log(
         f"slow tools: {slow['ops']} calls of {SLOW_SECONDS:g} s, {slow['ops_per_s']:.1f} ops/s, "
         f"{slow['in_flight_avg']:.1f} in flight on average (peak {slow['in_flight_peak']}), "
-        f"calls per process {slow['calls_per_process']}; slots full ({full['slots']} a process, "
+        f"calls per process {slow['calls_per_process']}; CPU ms/op "
+        + ", ".join(f"{k} {v:.1f}" for k, v in slow["cpu_ms_per_op"].items())
+        + f", proposals answered {slow['propose_per_s']:.0f}/s; "
+        f"slots full ({full['slots']} a process, "
         f"{full['calls']} calls): "
         + ", ".join(
             f"pid {p['pid']} {p['calls']} calls {p['threads']} threads "

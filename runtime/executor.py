@@ -91,8 +91,7 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
         # A call that waits: into a free slot of this process, if it has one; otherwise (no
         # slots here, or all taken) made here as any call, so the process takes no more work.
         slot = slot_reserve()
-        if slot is not None:
-            slot.run(_run_in_slot, execution_id, lease, slot)
+        if slot is not None and slot.run(_run_in_slot, execution_id, lease, slot):
             return Delivery(IN_SLOT)
     with work_bound(op):
         outcome = _run_claimed(operation_id, execution_id, lease)

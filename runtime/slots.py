@@ -79,13 +79,17 @@ class Slot:
         self._task: asyncio.Task[Any] | None = None
         self.abandoned = False
 
-    def run(self, fn: Callable[..., object], *args: object) -> None:
-        """Make ``fn(*args)`` in this slot's thread; returns at once."""
+    def run(self, fn: Callable[..., object], *args: object) -> bool:
+        """Make ``fn(*args)`` in this slot's thread; returns at once. False when the pool
+        cannot take it (stopped meanwhile, or broken): the place is given back, and the caller
+        makes the call itself."""
         try:
             self.pool.executor.submit(self._body, fn, args)
-        except RuntimeError:  # the pool was stopped meanwhile: the place is given back
+        except RuntimeError:
+            log.warning("the slots took no call", exc_info=True)
             self.pool.release(self)
-            raise
+            return False
+        return True
 
     def _body(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
         _local.slot = self

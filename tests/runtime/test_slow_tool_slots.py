@@ -468,3 +468,32 @@ def test_a_heartbeat_from_a_thread_a_tool_started_holds_no_connection_after_it(p
         cur.execute("SELECT application_name, state FROM pg_stat_activity WHERE pid = %s", [pid])
         assert cur.fetchone()[1] == "idle"  # still open: in the pool, for the next step
     wait_for(lambda: Operation.objects.get(pk=op.pk).status == "succeeded", timeout=30)
+
+
+@pytest.fixture
+def one_slot(settings: Any) -> Iterator[None]:
+    settings.TOOL_SLOTS = 1
+    settings.TOOL_SLOT_DB_POOL = 1
+    slots.slots_start()
+    try:
+        yield
+    finally:
+        assert slots.slots_stop(timeout=60)
+
+
+def test_with_every_slot_taken_the_delivery_makes_the_call_itself(one_slot):
+    owner = factories.agent()
+    task = factories.task(owner)
+    execution_current()
+    first, second = (
+        factories.operation(
+            owner, task, tool="demo.slow_wait", params={"seconds": 60, "wait_for": 2, "n": i}
+        )
+        for i in range(2)
+    )
+    assert operation_deliver(first.pk).outcome == IN_SLOT
+    # The one slot is taken: this delivery makes its call here, beside the slot's (each waits
+    # for the other to start), and returns its outcome, as a delivery of any call does.
+    assert operation_deliver(second.pk).outcome == "succeeded"
+    assert Invocation.objects.get(operation=second).outcome == "succeeded"
+    wait_for(lambda: Operation.objects.get(pk=first.pk).status == "succeeded", timeout=50)
