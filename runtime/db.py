@@ -1,16 +1,22 @@
 """Small database rules the whole runtime shares: no remote call inside a transaction, and one
-reading of datetimes that a raw cursor returns (SQLite hands back naive text)."""
+reading of datetimes that a raw cursor returns (SQLite hands back naive text).
+
+A service's transaction is named, never probed: ``x()`` opens its own (``atomic(durable=True)``,
+or ``durable_statement`` for one statement) and ``x_txn()`` runs in the caller's. Only this
+module looks at Django's open blocks, and only to refuse a broken precondition
+(``outside_transaction``, ``durable_statement``), never to choose what a service does."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 
 from runtime import dialect
 
@@ -88,14 +94,19 @@ def contention_retry(fn: Callable[[], T], *, attempts: int = 3) -> T:
     raise AssertionError("unreachable")
 
 
-def entry_transaction_only() -> bool:
-    """Whether the open transaction is an entry point's own (``atomic(durable=True)``) with no
-    block inside it. A service whose first write is one statement that may refuse itself needs
-    no savepoint there: the refusal goes back to the entry point, which has nothing of the
-    service's to keep and rolls back (``needs_rollback``: Django's atomic without a savepoint),
-    where a savepoint would cost two round trips on every call that was not refused."""
-    blocks = getattr(connection, "atomic_blocks", [])
-    return len(blocks) == 1 and bool(getattr(blocks[0], "durable", False))
+@contextmanager
+def durable_statement() -> Iterator[None]:
+    """Run the block's one statement as a transaction of its own, as ``atomic(durable=True)``
+    would, without its BEGIN and COMMIT round trips: in autocommit the statement is its own
+    transaction. The precondition is durable's, and checked by it: no transaction is open
+    (RuntimeError otherwise; a caller inside one calls the service's ``_txn`` entry). A test
+    case's transaction stands for none, as it does for durable, which gives the statement a
+    savepoint there, so a refusal leaves the test's transaction usable."""
+    if connection.in_atomic_block:
+        with transaction.atomic(durable=True):
+            yield
+    else:
+        yield
 
 
 # The SQLSTATE of ``runtime_refuse(code)`` (migration 0012): a statement that refused itself.

@@ -58,7 +58,7 @@ from runtime.notify_secrets import (
     url_seal,
     url_validate,
 )
-from runtime.operations import OperationSpec, operation_propose
+from runtime.operations import OperationSpec, operation_propose_txn
 from runtime.policy import (
     allowed,
     approval_decision_refusal,
@@ -352,7 +352,7 @@ def _dispatch_stream(
                 held="no_channel", due_at=now + timedelta(days=3650)
             )
             return 0
-        op, _ = operation_propose(SYSTEM, task_id, spec)
+        op, _ = operation_propose_txn(SYSTEM, task_id, spec)
         Notification.objects.filter(pk__in=[n.pk for n in items]).update(
             operation=op, sent_at=now, held=""
         )

@@ -11,13 +11,13 @@ import functools
 import logging
 import math
 import random
-from contextlib import nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -38,7 +38,7 @@ from runtime.budgets import (
 )
 from runtime.compensation import operation_and_original_lock_txn
 from runtime.crashpoints import crash_point
-from runtime.db import contention_retry, entry_transaction_only
+from runtime.db import contention_retry, durable_statement
 from runtime.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -114,24 +114,64 @@ def _validate(spec: OperationSpec) -> None:
 
 
 def operation_propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation, bool]:
-    """Record an intended action and announce it to the workers; returns (operation, created).
+    """Record an intended action and announce it to the workers, in a transaction of its own
+    (the entry for a caller that holds none); returns (operation, created).
 
     The same idempotency key (given, or derived from task, step, tool and intent version) with the
     same parameter hash returns the existing operation; with another hash it is a conflict.
-    Preconditions: none; NotFound when the actor may not see the task, NotAuthorized when it
-    may see but not propose into it (policy.can_propose). The key is namespaced by the task's
-    owner (runtime/keys.py); a given key inside another owner's namespace is refused.
-    Admission (cancelled, paused, terminal, deadline) is checked under the task's row lock, so
-    it cannot race a cancellation; so is the attempt the operation binds to (its key, its
-    ledger): a new attempt committed meanwhile makes the proposal start over under it.
+    Preconditions: no transaction is open (RuntimeError, as ``atomic(durable=True)`` raises it:
+    a caller inside one calls ``operation_propose_txn``). NotFound when the actor may not see
+    the task, NotAuthorized when it may see but not propose into it (policy.can_propose). The
+    key is namespaced by the task's owner (runtime/keys.py); a given key inside another owner's
+    namespace is refused. Admission (cancelled, paused, terminal, deadline) is checked under the
+    task's row lock, so it cannot race a cancellation; so is the attempt the operation binds to
+    (its key, its ledger): a new attempt committed meanwhile makes the proposal start over
+    under it.
     """
+    return _proposal(actor, task_id, spec, in_caller=False)
+
+
+def operation_propose_txn(
+    actor: Actor, task_id: str, spec: OperationSpec
+) -> tuple[Operation, bool]:
+    """``operation_propose`` inside the caller's transaction (a request's, a dispatcher's): the
+    operation commits with the caller's writes, or not at all.
+
+    Preconditions: a transaction is open, and the caller takes a refusal (a DomainError) as the
+    end of it: the one statement that may refuse runs without a savepoint of its own (two round
+    trips fewer on every proposal that is not refused), so a refusal leaves the caller's
+    transaction marked for rollback. An entry point has nothing else to keep; a caller that
+    must go on after a refusal wraps the call in a savepoint of its own
+    (``transaction.atomic()``)."""
+    return _proposal(actor, task_id, spec, in_caller=True)
+
+
+def _proposal(
+    actor: Actor, task_id: str, spec: OperationSpec, *, in_caller: bool
+) -> tuple[Operation, bool]:
     if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
         return wait_propose(actor, task_id, spec)
     _validate(spec)
-    return attempt_bound(lambda: _propose(actor, task_id, spec))
+    return attempt_bound(lambda: _propose(actor, task_id, spec, in_caller=in_caller))
 
 
-def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation, bool]:
+def _statement_block(tool: str, *, in_caller: bool) -> AbstractContextManager[Any]:
+    """Where the proposal statement runs. Inside the caller's transaction: without a savepoint
+    (a refusal fails the statement, which wrote nothing, and ends the caller's transaction, as
+    ``operation_propose_txn`` says). As a transaction of its own: the statement alone
+    (autocommit: no BEGIN and COMMIT round trips, and the task row is locked only while the
+    server runs it), or a durable transaction when a queue's capacity is counted first (the
+    count and the insert commit together)."""
+    if in_caller:
+        return transaction.atomic(savepoint=False)
+    if queue_limited(tool):
+        return transaction.atomic(durable=True)
+    return durable_statement()
+
+
+def _propose(
+    actor: Actor, task_id: str, spec: OperationSpec, *, in_caller: bool
+) -> tuple[Operation, bool]:
     """One try of ``operation_propose``; raises AttemptMoved when the task's current
     attempt, read under its lock, is not the one read before it (nothing is written)."""
     task = task_for_proposal(actor, task_id)
@@ -198,17 +238,11 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
     if dialect.one_statement_forms() and not gated and not hotpath.ledger_needed(task.budget):
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row,
         # admission checked inside it under the task's row lock (a refusal fails the statement,
-        # which then wrote nothing). With no transaction open and no queue capacity to count,
-        # it runs as its own transaction: no BEGIN and COMMIT round trips, and the task row is
-        # locked only while the server runs it. Inside a caller's transaction it runs in a
-        # savepoint, so a refusal leaves that transaction usable; directly inside an entry
-        # point's (a request with an Idempotency-Key) a refusal ends the request, so there it
-        # runs without one (db.entry_transaction_only). (A task with a budget declines to the
-        # general path, whose guarded meter UPDATEs hold the estimate in the same transaction.)
-        own = connection.in_atomic_block or queue_limited(spec.tool)
-        savepoint = not entry_transaction_only()
+        # which then wrote nothing); _statement_block says in which transaction. (A task with a
+        # budget declines to the general path, whose guarded meter UPDATEs hold the estimate in
+        # the same transaction.)
         moved = False
-        with transaction.atomic(savepoint=savepoint) if own else nullcontext():
+        with _statement_block(spec.tool, in_caller=in_caller):
             # Limits: a tool class at its queue capacity refuses before anything is written.
             queue_admit_txn(spec.tool)
             try:
@@ -226,7 +260,9 @@ def _propose(actor: Actor, task_id: str, spec: OperationSpec) -> tuple[Operation
         if existing is not None:
             return _same_intent_or_conflict(existing, digest), False
         try:
-            with transaction.atomic():
+            # A savepoint inside the caller's transaction: a concurrent proposal's win (the
+            # unique key) is read below, in the same transaction.
+            with transaction.atomic(durable=not in_caller):
                 # Limits: a tool class at its queue capacity refuses before anything is written.
                 queue_admit_txn(spec.tool)
                 # The attempt is read under the task's lock (taken before the insert: the new

@@ -90,14 +90,14 @@ def propose_and_die(
     from django.db import transaction
 
     from runtime.actors import actor_for_agent
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.operations import OperationSpec, operation_propose_txn
 
     actor = actor_for_agent(agent_id, agent_name)
     with transaction.atomic():
         if at == "after_commit":
             # Registered first, so it runs before the proposal's own announcement hook.
             transaction.on_commit(lambda: os._exit(137))
-        operation_propose(
+        operation_propose_txn(
             actor,
             task_id,
             OperationSpec(tool="demo.payments.charge", step="pay", params=params),

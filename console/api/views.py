@@ -205,7 +205,8 @@ class TaskOperations(ApiView):
     @idempotent
     def post(self, request: Request, task_id: str) -> Response:
         data = s.parse(s.OperationIn, request.data)
-        op, created = operations.operation_propose(
+        # In the request's transaction (``idempotent``): a refusal rolls the request back.
+        op, created = operations.operation_propose_txn(
             actor_of(request),
             task_id,
             operations.OperationSpec(

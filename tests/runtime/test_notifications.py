@@ -45,7 +45,7 @@ from runtime.notifications import (
     quiet_until,
 )
 from runtime.notify_secrets import PrivateHost, host_addresses
-from runtime.operations import OperationSpec, operation_propose
+from runtime.operations import OperationSpec, operation_propose, operation_propose_txn
 from runtime.tools import ToolFailure, adapter_for
 from tests import factories
 
@@ -72,7 +72,7 @@ def test_a_pending_approval_is_noted_once_in_its_transaction_and_not_when_it_rol
     owner = factories.agent()
     task = factories.task(owner)
     with pytest.raises(RuntimeError), transaction.atomic():
-        operation_propose(
+        operation_propose_txn(
             owner.actor,
             task.pk,
             OperationSpec(tool="demo.payments.charge", params=CHARGE, step="gone"),
