@@ -57,6 +57,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
+from runtime import dialect
 from runtime.db import outside_transaction
 from runtime.tools.base import ToolFailure
 
@@ -289,7 +290,7 @@ def _thread_started() -> None:
 def _pooled_wrapper() -> BaseDatabaseWrapper | None:
     """A database wrapper whose connections come from the slots' pool (Django keeps one pool
     per alias and process); None where the database has no pooling (SQLite)."""
-    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+    if not dialect.connection_pool(connections[DEFAULT_DB_ALIAS]):
         return None
     conf = dict(connections.settings[DEFAULT_DB_ALIAS])
     conf["CONN_MAX_AGE"] = 0  # Django's pooling requires it
