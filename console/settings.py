@@ -336,6 +336,13 @@ DEMO_TOOLS = os.environ.get("DEMO_TOOLS", "0" if PRODUCTION else "1") == "1"
 # A team's own tools (docs/tools.md): import paths, comma-separated, loaded at start by every
 # process (runtime.tools.loading), with the entry points of the group ``agent_console.tools``.
 TOOL_MODULES = [m.strip() for m in os.environ.get("TOOL_MODULES", "").split(",") if m.strip()]
+# Tools declared without code (docs/tools.md): the keys sealing an HTTP tool's credential (first
+# seals, all open; unset, derived from SECRET_KEY: runtime/keyring.py), and whether HTTP tools
+# may reach addresses that are not globally routable (the webhooks' address guard applies).
+TOOL_SECRET_KEYS = [
+    k.strip() for k in os.environ.get("TOOL_SECRET_KEYS", "").split(",") if k.strip()
+]
+TOOL_ALLOW_PRIVATE_HOSTS = os.environ.get("TOOL_ALLOW_PRIVATE_HOSTS", "0") == "1"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -493,6 +500,10 @@ SPECTACULAR_SETTINGS = {
         "ApprovalStatus": "runtime.transitions.ApprovalStatus.ALL",
         # runtime.models.Signal.DISPOSITIONS
         "SignalDisposition": ["delivered", "buffered", "duplicate", "late"],
+        # runtime.models.Operation.EXECUTORS (an operation's executor, a tool's executors) and
+        # runtime.models.tools.DeclaredToolKind.ALL.
+        "ExecutorEnum": ["worker", "agent"],
+        "DeclaredToolKind": ["http", "agent"],
     },
     "ENUM_ADD_EXPLICIT_BLANK_NULL_CHOICE": False,
     # A string that may not be blank says so (minLength 1), requests and responses alike.

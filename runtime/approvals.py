@@ -223,6 +223,12 @@ def approval_edit(
     seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
     can_edit_approval(actor)
     adapter = adapter_for(seen.tool)
+    if adapter.declared:
+        # Held to the schema of the version the operation was recorded under (and runs).
+        recorded = Operation.objects.filter(pk=seen.operation_id).values_list(
+            "tool_version", flat=True
+        )
+        adapter = adapter.at_version(recorded.first() or "")
     adapter.validate(params)
     digest = params_hash(params)
     reason = (reason or "").strip()

@@ -46,7 +46,7 @@ from runtime.operations import (
 from runtime.publish import DRAIN_QUEUE, publish
 from runtime.slots import Slot, awaited, db_step, slot_reserve
 from runtime.stopping import CancelWatch
-from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_for
+from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_at
 from runtime.tools.base import adapters, waits
 
 log = logging.getLogger(__name__)
@@ -343,7 +343,8 @@ def _invoke(op: Operation, lease: Lease) -> Report:
 
 
 def _invoke_bound(op: Operation, lease: Lease) -> Report:
-    adapter = adapter_for(op.tool)
+    # The tool as recorded: a declared tool's version of the operation (the claim checked it).
+    adapter = adapter_at(op.tool, op.tool_version)
 
     def heartbeat() -> bool:
         try:
@@ -414,4 +415,5 @@ def invocation_context(
         invocation_number=invocation_number,
         deadline=op.deadline,
         heartbeat=heartbeat,
+        tool_version=op.tool_version,
     )

@@ -179,8 +179,13 @@ def _propose(
         raise NotFound("no such task")
     can_propose(actor, task)
     adapter = adapter_for(spec.tool)
-    if adapter.system_only and actor.kind != "system":
+    if (adapter.system_only and actor.kind != "system") or not adapter.offered:
         raise UnknownTool(f"no tool named {spec.tool!r}", tool=spec.tool)
+    if adapter.agent_run and spec.executor != Operation.EXECUTOR_AGENT:
+        raise InvalidInput(
+            f"{spec.tool} is run by the agent that proposes it: propose it with executor agent",
+            field="executor",
+        )
     adapter.validate(spec.params)
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     # A new attempt is a new pursuit: its derived keys carry the attempt number.

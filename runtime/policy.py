@@ -30,6 +30,8 @@ so a refusal never reveals that another agent's task exists.
 | manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
 | keep an open event stream or live socket | its opener, while ``can_keep_streaming`` holds |
 | read the tool catalogue | every authenticated caller (agents, users, console roles) |
+| declare, edit or read the declarations of tools without code (HTTP, agent-run) | admins |
+|   | (roles read fresh) |
 | propose into the runtime's own tasks (notifications) | the runtime itself (system actor) |
 | choose one's notification channels and quiet hours | every console role, for themself |
 | watch a task (hear of its notifications) | a console role that sees the task |
@@ -118,6 +120,14 @@ def can_read_tool_catalogue(actor: Actor) -> None:
     """The catalogue describes tools, not anyone's work: every authenticated caller reads it."""
     if actor.kind not in ("agent", "user", "system"):
         raise NotAuthorized("the tool catalogue is for authenticated callers")
+
+
+def can_declare_tools(actor: Actor) -> None:
+    """Declaring a tool (an HTTP endpoint the workers call with a sealed credential, or an
+    agent-run step) and editing one, and reading the declarations (their URLs): admins, roles
+    read now. What agents may call is the catalogue's (``can_read_tool_catalogue``)."""
+    if not (actor.kind == "user" and fresh(actor).has_role(ROLE_ADMIN)):
+        raise NotAuthorized("tools are declared by admins")
 
 
 def can_create_task(actor: Actor) -> None:

@@ -11,7 +11,7 @@ from console.api import schema as doc
 from console.api.auth import actor_of
 from console.api.views import ApiView
 from runtime import policy
-from runtime.tools.base import tool_catalogue
+from runtime.tools.base import declared_refresh, tool_catalogue
 
 
 class ToolCatalogue(ApiView):
@@ -21,4 +21,5 @@ class ToolCatalogue(ApiView):
     )
     def get(self, request: Request) -> Response:
         policy.can_read_tool_catalogue(actor_of(request))
+        declared_refresh()  # what admins declared since this process last read the declarations
         return Response({"results": tool_catalogue()})

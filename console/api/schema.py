@@ -326,6 +326,14 @@ class ToolSerializer(serializers.Serializer):
     compensation_tool = serializers.CharField(allow_null=True)
     max_attempts = serializers.IntegerField(min_value=1)
     demo = serializers.BooleanField(help_text="A sandbox tool (off in production).")
+    executors = serializers.ListField(
+        child=serializers.ChoiceField(choices=("worker", "agent")),
+        help_text='Who may run its calls (the proposal\'s executor): ["agent"] for a step the '
+        "agent runs itself (model.call, a declared agent-run tool).",
+    )
+    declared = serializers.BooleanField(
+        help_text="Declared by an admin in the console (GET /api/v1/tools/declared), not code."
+    )
 
 
 class ToolListSerializer(serializers.Serializer):

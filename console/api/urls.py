@@ -1,7 +1,7 @@
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.api import catalogue, control, humans, outcomes, schedules, views
+from console.api import catalogue, control, declared_tools, humans, outcomes, schedules, views
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
@@ -88,6 +88,16 @@ urlpatterns = [
     ),
     path("waits/<id:operation_id>/end", humans.WaitEnd.as_view(), name="api-wait-end"),
     path("tools", catalogue.ToolCatalogue.as_view(), name="api-tools"),
+    path(
+        "tools/declared",
+        declared_tools.DeclaredToolCollection.as_view(),
+        name="api-tools-declared",
+    ),
+    path(
+        "tools/declared/<name>",
+        declared_tools.DeclaredToolDetail.as_view(),
+        name="api-tool-declared",
+    ),
     path("schedules", schedules.ScheduleCollection.as_view(), name="api-schedules"),
     path("schedules/<id:schedule_id>", schedules.ScheduleDetail.as_view(), name="api-schedule"),
     path(

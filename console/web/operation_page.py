@@ -1,6 +1,6 @@
 """An operation's own page (/operations/<id>/): its step, tool and parameters, its status
 history from the journal, invocations by lease generation, approvals, resolutions and budget
-holds; and the tool catalogue's page (/tools/)."""
+holds. (The tool catalogue's page, /tools/, is console.web.tool_pages.)"""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.web.decorators import console_view
-from runtime import policy
 from runtime.actors import Actor
 from runtime.operation_selectors import STORY_ROWS, operation_story, story_transitions
 from runtime.tools import contract_of
-from runtime.tools.base import tool_catalogue
 
 
 def pretty(value: Any) -> str:
@@ -54,11 +52,3 @@ def operation_detail(request: HttpRequest, actor: Actor, operation_id: str) -> H
             "cut_at": STORY_ROWS,
         },
     )
-
-
-@require_GET
-@console_view
-def tool_list(request: HttpRequest, actor: Actor) -> HttpResponse:
-    policy.can_read_tool_catalogue(actor)
-    tools = [{**entry, "schema_text": pretty(entry["params_schema"])} for entry in tool_catalogue()]
-    return render(request, "console/tools.html", {"tools": tools})

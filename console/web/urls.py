@@ -11,6 +11,7 @@ from console.web import (
     schedules,
     support,
     tokens,
+    tool_pages,
     views,
 )
 
@@ -29,7 +30,10 @@ urlpatterns = [
         operation_page.operation_detail,
         name="operation-detail",
     ),
-    path("tools/", operation_page.tool_list, name="tools"),
+    path("tools/", tool_pages.tool_list, name="tools"),
+    path("tools/declared", tool_pages.tool_declare, name="tool-declare"),
+    path("tools/declared/<name>/", tool_pages.declared_detail, name="tool-declared"),
+    path("tools/declared/<name>/edit", tool_pages.declared_edit, name="tool-declared-edit"),
     path("tokens/", tokens.token_page, name="tokens"),
     path("tokens/<id:token_id>/revoke", tokens.token_revoke, name="token-revoke"),
     path(

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.utils import timezone
@@ -38,6 +39,9 @@ class InvocationContext:
     invocation_number: int
     deadline: datetime | None
     heartbeat: Callable[[], bool] = field(default=lambda: False)
+    # The tool version the operation was recorded under ("": the tool's current one): a tool
+    # declared in the console runs the definition of that version (runtime.tools.declared).
+    tool_version: str = ""
 
     def remaining_seconds(self, now: datetime | None = None) -> float | None:
         """What is left of the deadline: adapters pass it on to receivers (a header or a
@@ -84,6 +88,15 @@ class ToolAdapter:
     # propose it (400 unknown_tool, as for a tool that does not exist) nor see it in the
     # catalogue, so no caller can send the console's mail or sign its webhooks.
     system_only: bool = False
+    # Run by the agent that proposes it only (executor=agent: model.call, a declared agent-run
+    # tool): there is nothing for a worker to call, so a proposal for a worker is refused.
+    agent_run: bool = False
+    # False for a tool still run for the work recorded under it but no longer offered (a
+    # declared tool an admin retired): out of the catalogue, and a proposal is unknown_tool.
+    offered: bool = True
+    # Declared in the console (runtime.tools.declared): its definition lives in the database,
+    # so the process asks there whether it changed before a proposal takes it.
+    declared: bool = False
     # Admission control groups tools into classes (TOOL_CONCURRENCY, TOOL_QUEUE_CAPACITY); a
     # tool without one is a class of its own.
     tool_class: str = ""
@@ -162,11 +175,86 @@ class ToolAdapter:
     def supports(self, recorded_version: str) -> bool:
         return recorded_version in self.supported_versions
 
+    def at_version(self, version: str) -> ToolAdapter:
+        """The adapter that runs work recorded under ``version``: this one for a tool in code
+        (its ``supports`` says whether it can); a declared tool's adapter of that version."""
+        return self
+
+
+class DeclaredSource(Protocol):
+    """Where tools declared without code come from (runtime.tools.declared_registry installs
+    the database's): the process keeps what it read and asks again only when told to."""
+
+    def current(self) -> Mapping[str, ToolAdapter]:
+        """The declared tools as last read, by name (no statement)."""
+        ...
+
+    def refresh(self) -> bool:
+        """Read the declarations again if they changed since the last read (one statement when
+        they did not); True when they did."""
+        ...
+
 
 _REGISTRY: dict[str, ToolAdapter] = {}
 # The visible adapters, by DEMO_TOOLS; emptied by each registration. Every proposal and claim
 # asks for them several times, and rebuilding the dict each time showed in the profile.
-_VISIBLE: dict[bool, dict[str, ToolAdapter]] = {}
+_VISIBLE: dict[bool, _Catalogue] = {}
+_declared: DeclaredSource | None = None
+_refreshing = threading.Lock()
+
+
+class _Catalogue(dict[str, ToolAdapter]):
+    """The visible tools by name. A name it lacks may be a tool an admin declared since this
+    process last read the declarations (in any process): before ``get`` or ``[]`` answer "no
+    such tool" they have them read again (``declared_refresh``), so a declaration is seen
+    everywhere without a restart, and a tool that is found costs nothing (a built-in one never
+    a statement)."""
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        found = _missed(name)
+        return default if found is None else found
+
+    def __missing__(self, name: str) -> ToolAdapter:
+        found = _missed(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    # ``name in catalogue`` is a look at what the process holds (no statement): a drainer asks
+    # it of quick tools, which are never declared ones.
+
+
+def _missed(name: str) -> ToolAdapter | None:
+    """A name the catalogue lacks, once the declarations were read again (None: still none).
+    A name of the code's own tools (a demo tool while DEMO_TOOLS is off) or no name at all (a
+    wait's) is never a declared one: no statement for those."""
+    if not name or name in _REGISTRY or _declared is None:
+        return None
+    if not declared_refresh():
+        return None
+    return dict.get(adapters(), name)
+
+
+def declared_source_set(source: DeclaredSource | None) -> None:
+    """Install where declared tools come from (runtime.tools.declared_registry, at import)."""
+    global _declared
+    _declared = source
+    _VISIBLE.clear()
+
+
+def declared_refresh() -> bool:
+    """Have the declared tools read again if they changed (one statement when they did not);
+    True when the catalogue changed. Preconditions: none (a process without the declarations'
+    table, before its migration, reads none)."""
+    if _declared is None:
+        return False
+    with _refreshing:
+        changed = _declared.refresh()
+        if changed:
+            _VISIBLE.clear()
+    return changed
 
 
 # While runtime.tools.loading imports a user's tool module, ``register`` sets its tools aside
@@ -217,16 +305,35 @@ def adapters() -> dict[str, ToolAdapter]:
     demo = bool(settings.DEMO_TOOLS)
     visible = _VISIBLE.get(demo)
     if visible is None:
-        visible = {name: a for name, a in _REGISTRY.items() if demo or not a.demo}
+        visible = _Catalogue({name: a for name, a in _REGISTRY.items() if demo or not a.demo})
+        if _declared is not None:
+            for name, adapter in _declared.current().items():
+                # The code's tools keep their names (a declaration of one is refused; a tool
+                # module loaded later with a declared tool's name wins over the declaration).
+                if name not in _REGISTRY:
+                    dict.__setitem__(visible, name, adapter)
         _VISIBLE[demo] = visible
     return visible
 
 
 def adapter_for(name: str) -> ToolAdapter:
+    """The tool of this name as it is now (for a proposal: a declared tool's newest version,
+    read again from the database when it changed). UnknownTool when there is none."""
     adapter = adapters().get(name)
+    if adapter is not None and adapter.declared and declared_refresh():
+        adapter = adapters().get(name)
     if adapter is None:
         raise UnknownTool(f"no tool named {name!r}", tool=name)
     return adapter
+
+
+def adapter_at(name: str, version: str) -> ToolAdapter:
+    """The adapter that runs work recorded under ``name`` at ``version`` (a declared tool's
+    definition of that version). UnknownTool when there is no tool of that name."""
+    adapter = adapters().get(name)
+    if adapter is None:
+        raise UnknownTool(f"no tool named {name!r}", tool=name)
+    return adapter.at_version(version)
 
 
 def waits(adapter: ToolAdapter) -> bool:
@@ -250,8 +357,9 @@ def require_mapping(params: Any) -> dict[str, Any]:
 
 def tool_catalogue() -> list[dict[str, Any]]:
     """What each tool this deployment offers is, promises and accepts, by name (pure: the
-    registry only). Anyone who may call the API may read it."""
-    return [_entry(a) for name, a in sorted(adapters().items()) if not a.system_only]
+    registry, with the declared tools as last read: a caller that shows it to people or agents
+    calls ``declared_refresh`` first). Anyone who may call the API may read it."""
+    return [_entry(a) for name, a in sorted(adapters().items()) if not a.system_only and a.offered]
 
 
 def _entry(adapter: ToolAdapter) -> dict[str, Any]:
@@ -271,4 +379,7 @@ def _entry(adapter: ToolAdapter) -> dict[str, Any]:
         "compensation_tool": adapter.compensation_tool,
         "max_attempts": adapter.max_attempts,
         "demo": adapter.demo,
+        # Who runs its calls: a worker-run tool may also be run by an agent (executor=agent).
+        "executors": ["agent"] if adapter.agent_run else ["worker", "agent"],
+        "declared": adapter.declared,
     }

@@ -30,6 +30,7 @@ from runtime.errors import DomainError
 from runtime.tools.base import (
     Contract,
     ToolAdapter,
+    adapters,
     register,
     registered,
     registrations_captured,
@@ -234,5 +235,11 @@ def _positive_int(value: Any) -> bool:
 
 
 def tool_origin(name: str) -> str:
-    """Where a tool of this process came from: the source that loaded it, or "built in"."""
-    return _ORIGINS.get(name, "built in")
+    """Where a tool of this process came from: the source that loaded it, "declared in the
+    console" (runtime.tools.declared), or "built in"."""
+    if name in _ORIGINS:
+        return _ORIGINS[name]
+    adapter = adapters().get(name)
+    if adapter is not None and adapter.declared:
+        return f"declared in the console (version {adapter.version})"
+    return "built in"

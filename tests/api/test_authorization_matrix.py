@@ -33,6 +33,8 @@ from runtime.models import (
     Approval,
     Attempt,
     AuditRecord,
+    DeclaredTool,
+    DeclaredToolVersion,
     Event,
     Invocation,
     Operation,
@@ -48,6 +50,8 @@ from runtime.sandbox import receivers
 from runtime.schedules import ScheduleSpec, schedule_create
 from runtime.tasks import TaskSpec
 from runtime.tokens import token_issue_for_agent
+from runtime.tool_declarations import tool_declare
+from runtime.tools.declared import declarations_forget
 from runtime.waits import wait_sweep
 from tests import factories
 
@@ -176,6 +180,15 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "settings/notifications/"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
     ("POST", "settings/notifications/endpoints"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "settings/notifications/endpoints/<id:endpoint_id>/remove"): (LOGIN, LOGIN, LOGIN, 403, 403, 404, LOGIN, LOGIN, LOGIN),
+    # Tools declared without code (issue 36): admins declare, edit and read the declarations;
+    # the catalogue (above) stays every caller's.
+    ("GET", "api/v1/tools/declared"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
+    ("POST", "api/v1/tools/declared"): (401, 403, 403, 403, 403, 201, 403, 403, 201),
+    ("GET", "api/v1/tools/declared/<name>"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
+    ("PATCH", "api/v1/tools/declared/<name>"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
+    ("POST", "tools/declared"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("GET", "tools/declared/<name>/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
+    ("POST", "tools/declared/<name>/edit"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     ("WS", "ws/tasks/<id:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip
@@ -249,6 +262,10 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "format": "webhook",
     },
     ("POST", "schedules/<id:schedule_id>/act"): {"action": "pause"},
+    ("POST", "api/v1/tools/declared"): {"name": "matrix.api", "kind": "agent", "contract": "none"},
+    ("PATCH", "api/v1/tools/declared/<name>"): {"description": "matrix"},
+    ("POST", "tools/declared"): {"name": "matrix.form", "kind": "agent", "contract": "none"},
+    ("POST", "tools/declared/<name>/edit"): {"description": "matrix", "offered": "1"},
     ("POST", "schedules/<id:schedule_id>/edit"): {
         "interval_seconds": "3600",
         "timezone": "UTC",
@@ -301,11 +318,16 @@ class World:
     effect_key: str
     token_id: str
     schedule: Schedule
+    declared: str
 
 
 def _world_build() -> World:
+    declarations_forget()  # this process's view of the declared tools: the world's
     owner, other = factories.agent(), factories.agent()
     people = {role: factories.console_user(role) for role in ("operator", "support", "admin")}
+    declared = tool_declare(
+        people["admin"].actor, {"name": "matrix.declared", "kind": "agent", "contract": "none"}
+    )
     task = factories.task(owner, budget={"cost_cents": 100})
     agent_op = factories.operation(owner, task, step="think", executor="agent")
     unresolved_op = factories.operation(
@@ -346,6 +368,7 @@ def _world_build() -> World:
         schedule=schedule_create(
             owner.actor, ScheduleSpec(task=TaskSpec(name="matrix"), interval_seconds=3600)
         ),
+        declared=declared.row.tool_id,
     )
 
 
@@ -367,6 +390,7 @@ def shared_world(django_db_setup: Any, django_db_blocker: Any) -> Iterator[World
     with django_db_blocker.unblock():
         transaction.set_rollback(True)
         outer.__exit__(None, None, None)
+    declarations_forget()
 
 
 @pytest.fixture
@@ -399,6 +423,8 @@ def _snapshot() -> tuple[Any, ...]:
         Schedule.objects.filter(paused=True).count(),
         ScheduleRun.objects.count(),
         ScheduleEvent.objects.count(),
+        DeclaredTool.objects.count(),
+        DeclaredToolVersion.objects.count(),
     )
 
 
@@ -418,6 +444,7 @@ def _path(route: str, w: World) -> str:
         "artifact_id": "art_matrix",
         "schedule_id": w.schedule.pk,
         "endpoint_id": "nep_matrix",
+        "name": w.declared,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
 
