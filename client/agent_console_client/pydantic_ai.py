@@ -11,10 +11,11 @@ agent's tools do.
   ``DeferredToolResults``: ``ToolApproved()`` (never ``override_args``: an operator's edit goes
   through ``/approvals/{id}/edit`` and the console runs the edited proposal; the tool's result is
   what the console accepted) or ``ToolDenied`` with the operator's reason.
-- ``ConsoleModel`` wraps a model: every model request is an agent-executed operation of the task,
-  proposed with an estimate of ``model_tokens`` (refused with BudgetExhausted when the budget
-  cannot cover it), claimed, and completed with the tokens the model reported, so the run's
-  usage is posted to the task's budget.
+- ``ConsoleModel`` wraps a model: every model request is an agent-executed operation of the task
+  (the console's built-in ``model.call``, offered in every deployment), proposed with an
+  estimate of ``model_tokens`` (refused with BudgetExhausted when the budget cannot cover it),
+  claimed, and completed with the tokens the model reported, so the run's usage is posted to the
+  task's budget.
 """
 
 from __future__ import annotations
@@ -167,15 +168,15 @@ class ConsoleModel(WrapperModel):
         client: AsyncClient,
         task_id: str,
         estimate_tokens: int = 1000,
-        tool: str = "demo.echo",
+        tool: str = "model.call",
         run_key: str | None = None,
     ) -> None:
         super().__init__(wrapped)
         self.client = client
         self.task_id = task_id
         self.estimate_tokens = estimate_tokens
-        # The console has no model tool of its own yet: model calls are recorded under an
-        # agent-executed tool (the sandbox's echo by default), their params naming the model.
+        # The console's model-call tool (agent-run, present with the demo tools off); another
+        # agent-run tool may be named instead (a declared one), taking the same params.
         self.console_tool = tool
         self.run_key = run_key or uuid.uuid4().hex[:12]
         self.calls = 0

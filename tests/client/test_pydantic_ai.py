@@ -102,6 +102,8 @@ def test_a_denied_refund_reaches_the_model_with_the_operators_reason(server, exa
     assert receivers.effects_under("payments", op.idempotency_key) == []
     calls = _model_calls(op.task_id)
     assert len(calls) == 2 and all(c.status == "succeeded" for c in calls)
+    # Under the console's own model tool, which production offers too (not a demo tool).
+    assert {(c.tool, c.executor) for c in calls} == {("model.call", "agent")}
     posted = re.search(r"model_tokens posted: ([0-9.]+)", run.text)
     assert posted and float(posted.group(1)) > 0, run.text
 
