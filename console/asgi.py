@@ -1,5 +1,6 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels with session auth and an
-origin check on scheme, host and port (console.asgi.SameOriginValidator)."""
+"""ASGI entry point: HTTP through Django (``/mcp`` through the MCP gateway, console.mcp),
+websockets through Channels with session auth and an origin check on scheme, host and port
+(console.asgi.SameOriginValidator)."""
 
 from __future__ import annotations
 
@@ -341,6 +342,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator, WebsocketDenier  # noqa: E402
 
+from console.mcp.gateway import McpGateway, is_mcp  # noqa: E402
 from console.web.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -406,9 +408,36 @@ class SameOriginValidator(OriginValidator):
             return False
 
 
+def _mcp_origin_allowed(scope: dict[str, Any]) -> bool:
+    return SameOriginValidator(None)._same_origin(scope)
+
+
+mcp_gateway = McpGateway(_mcp_origin_allowed)
+
+
+class HttpRoutes:
+    """``/mcp`` to the MCP gateway (console.mcp.gateway, an ASGI app of its own: the ``mcp``
+    package's transport), everything else to Django."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope = _origin_form(scope)
+        if not is_mcp(scope["path"]):
+            await django_asgi_app(scope, receive, send)
+            return
+        answer = _Answer(send)
+        try:
+            await mcp_gateway(scope, receive, answer)
+        except Exception:
+            # As for Django's requests: a failure is the contract's 500, never a traceback.
+            if answer.begun:
+                raise
+            log.exception("MCP request failed before its answer")
+            await _refused(send, 500, "internal_error", "internal server error")
+
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": HttpRoutes(),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

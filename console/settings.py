@@ -249,6 +249,9 @@ DRAIN_INTERVAL_SECONDS = float(os.environ.get("DRAIN_INTERVAL_SECONDS") or 0.01)
 # Server-sent events are woken by journal hints; with hints (services mode) the journal is read
 # on this slow timer only as a safety net against a lost hint.
 SSE_SAFETY_POLL_SECONDS = _env_int("SSE_SAFETY_POLL_SECONDS", 2)
+# An MCP tool call (console.mcp) waits this long at most for its operation to settle before
+# answering "not settled yet" (console.get_result fetches it later); woken as the events are.
+MCP_CALL_WAIT_SECONDS = float(os.environ.get("MCP_CALL_WAIT_SECONDS") or 20.0)
 CELERY_QUEUE = os.environ.get("CELERY_QUEUE", "operations")
 # Retries: full-jitter exponential backoff, uniform over [0, min(cap, base * 2^(n-1))].
 RETRY_BASE_SECONDS = float(os.environ.get("RETRY_BASE_SECONDS") or 1.0)

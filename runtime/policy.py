@@ -20,6 +20,8 @@ so a refusal never reveals that another agent's task exists.
 | resolve an unresolved operation; requeue or abandon one waiting for manual intervention | support staff, admins (roles read fresh) |
 | approve or deny an action | the tool's approver role (operators); never the requester, the |
 |   | editor, nor the minter of the requesting token |
+| be offered the approval tools of the MCP gateway (``/mcp``) | a person with a console role |
+|   | (roles read fresh); each decision still passes the release gate above |
 | edit a pending proposal | operators, admins |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
@@ -114,6 +116,14 @@ def _owns(actor: Actor, task: Task) -> bool:
 def can_use_console(actor: Actor) -> None:
     if not (actor.kind == "user" and actor.is_console):
         raise NotAuthorized("the console is for operators, support staff and admins")
+
+
+def can_review_approvals(actor: Actor) -> None:
+    """Listing approvals to decide and deciding them through a tool (the MCP gateway's): a
+    person holding a console role now, who may be some tool's approver. Each decision is still
+    the release gate's (``can_decide_approval``), and each list the caller's scope."""
+    if not (actor.kind == "user" and fresh(actor).is_console):
+        raise NotAuthorized("reviewing approvals needs a console role")
 
 
 def can_read_tool_catalogue(actor: Actor) -> None:
