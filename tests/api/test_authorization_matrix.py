@@ -384,6 +384,9 @@ def shared_world(django_db_setup: Any, django_db_blocker: Any) -> Iterator[World
     each rebuild five principals, a task and its operations."""
     with django_db_blocker.unblock(), override_settings(PASSWORD_HASHERS=_FAST_HASHER):
         outer = transaction.atomic()
+        # The test's own transaction, as Django's setUpTestData marks it: entries that open a
+        # durable transaction of their own (operation_propose) treat it as none.
+        outer._from_testcase = True  # type: ignore[attr-defined]
         outer.__enter__()
         built = _world_build()
     yield built
