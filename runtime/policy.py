@@ -17,7 +17,8 @@ so a refusal never reveals that another agent's task exists.
 | start a new attempt of a task | the task's agent; an admin |
 | create a child task | the parent's agent |
 | read a task's budget | whoever sees the task |
-| resolve an unresolved operation; requeue or abandon one waiting for manual intervention | support staff, admins (roles read fresh) |
+| resolve an unresolved operation; requeue or | support staff, admins (roles read fresh) |
+|   abandon one waiting for manual intervention |   |
 | approve or deny an action | the tool's approver role (operators); never the requester, the |
 |   | editor, nor the minter of the requesting token |
 | be offered the approval tools of the MCP gateway (``/mcp``) | a person with a console role |
