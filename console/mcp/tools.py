@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from console.api.errors import classify, error_body
+from console.api.parsers import json_problem
 from runtime import approvals, policy
 from runtime.actors import Actor
 from runtime.approval_selectors import approval_current, approval_list
@@ -229,7 +230,10 @@ def input_schema(name: str) -> dict[str, Any] | None:
 
 
 def _is_offered(actor: Actor, name: str) -> bool:
-    return any(t.name == name for t in tools_for(actor))
+    """Whether a call may propose the catalogue tool ``name`` (the gateway's own tools are
+    answered before this is asked)."""
+    policy.can_read_tool_catalogue(actor)
+    return any(e["name"] == name and _offered(e) for e in tool_catalogue())
 
 
 def _task_of(caller: Caller) -> str:
@@ -345,6 +349,11 @@ async def call_tool(
     caller = _caller(ctx)
     arguments = dict(params.arguments or {})
     try:
+        # What the API's parser refuses in a body (NUL, lone surrogates, non-finite numbers,
+        # nesting past 64 levels), refused here as it names the arguments.
+        problem = json_problem(arguments)
+        if problem:
+            raise InvalidInput(f"arguments: {problem}", field="arguments")
         if params.name == GET_RESULT:
             return await _get_result(caller.actor, arguments)
         if params.name == LIST_APPROVALS:

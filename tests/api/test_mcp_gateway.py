@@ -272,6 +272,7 @@ def test_bad_input_is_an_mcp_error_never_a_traceback(quick):
             out["get_result"] = await c.call_tool("console.get_result", {})
             out["unknown_op"] = await c.call_tool("console.get_result", {"operation": "op_nope"})
             out["extra"] = await c.call_tool("console.get_result", {"operation": "x", "more": 1})
+            out["nul"] = await c.call_tool("demo.echo", {"text": "a\x00b"})
             with pytest.raises(MCPError) as raised:
                 await c.call_tool("no.such.tool", {})
             out["unknown_tool"] = raised.value.error.code
@@ -302,6 +303,7 @@ def test_bad_input_is_an_mcp_error_never_a_traceback(quick):
     refused("get_result", "invalid_input", "operation")
     refused("unknown_op", "not_found")
     refused("extra", "invalid_input", "more")
+    refused("nul", "invalid_input", "arguments")
     refused("no_task", "invalid_input", "task")
     refused("theirs", "not_found")
     refused("paused", "task_paused")
