@@ -738,6 +738,21 @@ def verdict(acked: Acked, settled: bool) -> Verdict:
         if m.posted != (used.get(m.pk) or 0):
             v.budget_faults.append(f"{m.task_id}/{m.meter}: posted {m.posted} != its usage")
     for child in Task.objects.filter(pk__in=acked.children, condition="terminal"):
+        # An ended child that may still spend (an operation left with a person, whose resolution
+        # may start a compensation; a compensation under way; a child of its own still going)
+        # keeps its whole allocation held in the parent until it can spend no more.
+        may_spend = (
+            Operation.objects.filter(
+                task=child, status__in=("unresolved", "manual_intervention", "compensating")
+            ).exists()
+            or Task.objects.filter(parent=child).exclude(condition="terminal").exists()
+        )
+        if may_spend:
+            if not BudgetHold.objects.filter(child_task=child, status="held").exists():
+                v.budget_faults.append(
+                    f"child {child.pk} may still spend but its parent's hold was settled"
+                )
+            continue
         child_posted = (
             BudgetMeter.objects.filter(task=child, meter="cost_cents").aggregate(s=Sum("posted"))[
                 "s"
