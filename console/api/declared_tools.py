@@ -21,6 +21,7 @@ from console.api.views import ApiView
 from runtime import policy
 from runtime import tool_declarations as declarations
 from runtime.actors import ROLES
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import DeclaredToolVersion
 from runtime.models.tools import DeclaredToolKind
@@ -42,7 +43,7 @@ class DeclaredApprovalIn(serializers.Serializer):
         required=False, help_text="conditional: approval when the parameter is above this."
     )
     approver_role = serializers.ChoiceField(choices=ROLES, required=False)
-    timeout_seconds = s.Int(min_value=1, required=False)
+    timeout_seconds = s.Int(min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS, required=False)
 
 
 class DeclaredAuthIn(serializers.Serializer):

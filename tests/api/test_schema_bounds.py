@@ -160,6 +160,17 @@ SENDERS: dict[tuple[str, str], Sender] = {
         "/api/v1/schedules",
         {"interval_seconds": 3600, "task": {"name": "nightly"}},
     ),
+    ("/api/v1/tools/declared", ""): lambda w: (
+        w.admin,
+        "/api/v1/tools/declared",
+        {
+            "name": f"acme.bounds.{w.step()}",
+            "kind": "http",
+            "contract": "replay",
+            "url": "https://crm.example.com/contacts",
+            "approval": {"required": "always"},
+        },
+    ),
 }
 # Query parameters: the url of a list the caller may read.
 LISTS = {
