@@ -54,7 +54,9 @@ def test_short_seeds_hold_every_invariant_and_replay_exactly(seed):
 # (plant, seed, steps, the invariant that must name it): seeds found once, each within CI's time.
 PLANTS = [
     ("stale-accept", 9, 40, "fencing"),
-    ("stop-unlocked", 2, 95, "possible-effect-not-cancelled"),
+    # "stop-unlocked" (the stop rule blind to an unconfirmed call) is no longer a defect a
+    # writer can make: the one status writer turns any machine's ending of a possible effect into
+    # unresolved (issue 34 N4; tests/runtime/test_possible_effect_endings.py).
     ("release-expired", 16, 125, "no-release-on-expired-or-denied"),
 ]
 
