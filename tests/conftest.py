@@ -143,6 +143,7 @@ class Worker:
     proc: subprocess.Popen[bytes]
     log: Path
     name: str
+    asked_to_stop: bool = False
 
     def children(self) -> list[int]:
         try:
@@ -160,8 +161,8 @@ class Worker:
         return pids
 
     def stop(self) -> None:
+        self.stop_asked()
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -169,6 +170,12 @@ class Worker:
                     os.kill(pid, signal.SIGKILL)
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+    def stop_asked(self) -> None:
+        """Ask once for Celery's warm shutdown (SIGTERM), without waiting for it."""
+        if self.proc.poll() is None and not self.asked_to_stop:
+            self.proc.send_signal(signal.SIGTERM)
+            self.asked_to_stop = True
 
     def tail(self) -> str:
         try:
@@ -269,6 +276,10 @@ class WorkerPool:
         return stack
 
     def stop_all(self) -> None:
+        # Every process is asked first: they shut down side by side (an idle worker's warm
+        # shutdown takes some 3 s, mostly its pool's).
+        for worker in self.workers:
+            worker.stop_asked()
         for worker in self.workers:
             worker.stop()
 
@@ -285,11 +296,29 @@ def workers(transactional_db: None, tmp_path: Path) -> Iterator[WorkerPool]:
         redis_flush()
 
 
+class LogSince:
+    """The part of a log written since this view was made: a test that reads the log of a
+    server kept across its module's tests (KeptProcesses) reads its own part, as it read the
+    whole log of a server started for it alone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def read_bytes(self) -> bytes:
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            return fh.read()
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode(errors="replace")
+
+
 @dataclass
 class Server:
     url: str
     proc: subprocess.Popen[bytes]
-    log: Path
+    log: Path | LogSince
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -337,14 +366,78 @@ def server_start(tmp_path: Path, **env: Any) -> Server:
     return server
 
 
-@pytest.fixture
-def server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
-    """The real web server serving the app on the test database."""
-    srv = server_start(tmp_path)
+# The web server's connections (console.settings.database_pooled).
+WEB_APPLICATION_NAME = "agent-console-web"
+
+
+def web_requests_done() -> bool:
+    """Whether no web server on the test database is inside a transaction: every request it
+    served has ended (an idle pooled connection holds no lock)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND state <> 'idle'",
+            [WEB_APPLICATION_NAME],
+        )
+        return not cur.fetchone()[0]
+
+
+@dataclass
+class KeptProcesses:
+    """Web servers a test module keeps running across its tests, one per environment: starting
+    one costs seconds, and it keeps nothing of a test that the next one could see (its state is
+    the database, flushed between tests, and Redis; its caches are keyed by ids no other test
+    has). Each test gets a handle whose log is its own part (LogSince)."""
+
+    tmp: Path
+    servers: dict[tuple[tuple[str, str], ...], Server] = field(default_factory=dict)
+
+    def server(self, **env: Any) -> Server:
+        """The module's server for ``env``, started on first use or when the last one died."""
+        key = tuple(sorted((k, str(v)) for k, v in env.items()))
+        srv = self.servers.get(key)
+        if srv is not None and not (srv.proc.poll() is None and http_ok(f"{srv.url}/healthz")):
+            srv.stop()
+            srv = None
+        if srv is None:
+            srv = self.servers[key] = server_start(self.tmp, **env)
+        assert isinstance(srv.log, Path)
+        return Server(srv.url, srv.proc, LogSince(srv.log))
+
+    def settle(self) -> None:
+        """Called as a test ends, before its database is flushed: wait for the servers to end
+        the requests the test left running, and stop one that does not (the flush would wait
+        for its locks, and what it wrote afterwards would be the next test's)."""
+        if not self.servers:
+            return
+        try:
+            wait_for(web_requests_done, timeout=15, what="the kept web servers' requests to end")
+        except Exception:
+            self.stop()
+
+    def stop(self) -> None:
+        for srv in self.servers.values():
+            srv.stop()
+        self.servers.clear()
+
+
+@pytest.fixture(scope="module")
+def kept_processes(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptProcesses]:
+    kept = KeptProcesses(tmp_path_factory.mktemp("kept"))
     try:
-        yield srv
+        yield kept
     finally:
-        srv.stop()
+        kept.stop()
+
+
+@pytest.fixture
+def server(transactional_db: None, kept_processes: KeptProcesses) -> Iterator[Server]:
+    """The real web server serving the app on the test database: one per module, kept across
+    its tests (KeptProcesses), the database flushed between them as for any test."""
+    yield kept_processes.server()
+    kept_processes.settle()
 
 
 @dataclass

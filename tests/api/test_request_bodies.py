@@ -12,6 +12,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlparse
 
 import pytest
@@ -21,7 +22,7 @@ from django.test import Client
 from runtime.models import Artifact, Task
 from tests import factories
 from tests.api.support import read_answer
-from tests.conftest import Server, server_start
+from tests.conftest import KeptProcesses, Server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -29,15 +30,27 @@ ARTIFACT_LIMIT = 2 * 1024 * 1024
 JSON_LIMIT = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
+@pytest.fixture(scope="module")
+def artifact_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The artifacts' directory of the module's server, kept across its tests."""
+    return tmp_path_factory.mktemp("artifacts")
+
+
 @pytest.fixture
-def web(tmp_path: Path, fs_artifacts: Path) -> Iterator[Server]:
-    srv = server_start(
-        tmp_path, ARTIFACT_ROOT=str(fs_artifacts), ARTIFACT_MAX_BYTES=str(ARTIFACT_LIMIT)
+def web(kept_processes: KeptProcesses, artifact_root: Path, settings: Any) -> Iterator[Server]:
+    """The web server (kept for the module, tests.conftest.KeptProcesses) with the routes'
+    limits, storing artifacts where this process does."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(artifact_root)},
+        },
+    }
+    yield kept_processes.server(
+        ARTIFACT_ROOT=str(artifact_root), ARTIFACT_MAX_BYTES=str(ARTIFACT_LIMIT)
     )
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    kept_processes.settle()
 
 
 def _connect(server: Server) -> socket.socket:

@@ -59,7 +59,9 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
+def context(browser: Browser, transactional_db: None) -> Iterator[BrowserContext]:
+    # Set up after the test's database, so closed before its flush: none of this test's pages
+    # reaches the web server (kept for the module, tests.conftest.KeptProcesses) afterwards.
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     ctx.set_default_timeout(TIMEOUT_MS)
     try:

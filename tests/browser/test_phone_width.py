@@ -26,7 +26,8 @@ LONG = "quarterly-reconciliation-of-supplier-invoices-" * 3
 
 
 @pytest.fixture
-def phone(browser: Browser) -> Iterator[Page]:
+def phone(browser: Browser, transactional_db: None) -> Iterator[Page]:
+    # After the database, so closed before its flush (as tests.browser.conftest.context).
     ctx = browser.new_context(viewport={"width": WIDTH, "height": 844})
     ctx.set_default_timeout(TIMEOUT_MS)
     try:

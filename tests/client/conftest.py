@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import Server, server_start
+from tests.conftest import KeptProcesses, Server
 
 
 class DropAfterForward(httpx.BaseTransport):
@@ -67,13 +66,10 @@ class Gate(httpx.BaseTransport):
 
 
 @pytest.fixture
-def short_lease_server(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
-    """The web server granting 2-second leases."""
-    srv = server_start(tmp_path, LEASE_SECONDS=2)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def short_lease_server(transactional_db: None, kept_processes: KeptProcesses) -> Iterator[Server]:
+    """The web server granting 2-second leases (kept for the module, as ``server`` is)."""
+    yield kept_processes.server(LEASE_SECONDS=2)
+    kept_processes.settle()
 
 
 # The browser tests' fixtures (Debian's chromium through Playwright), for the adapter's
