@@ -536,6 +536,55 @@ def _rate_limit_counters() -> Iterator[None]:
     yield
 
 
+# --- the generated client -----------------------------------------------------------------
+
+
+@dataclass
+class GeneratedClient:
+    """A Python client openapi-python-client made from the API's schema (what /api/schema/
+    serves): the package ``package`` under ``path``, and what the generator said."""
+
+    package: str
+    path: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# The artifact's bytes are served with their own media type, so the schema says */*; the
+# generator is told to treat that as bytes (its documented content_type_overrides). No
+# formatter run: the client must import as made.
+GENERATOR_CONFIG = 'post_hooks: []\ncontent_type_overrides:\n  "*/*": application/octet-stream\n'
+
+
+@pytest.fixture(scope="session")
+def generated_client(tmp_path_factory: pytest.TempPathFactory) -> GeneratedClient:
+    """Generated once per session (seconds of the generator's time), by the document the
+    server's /api/schema/?format=json serves, asked of the same view in this process (it reads
+    no database). Tests assert on the generator's exit and output themselves."""
+    from django.test import Client
+
+    where = tmp_path_factory.mktemp("generated-client")
+    schema = where / "schema.json"
+    answer = Client().get("/api/schema/?format=json")
+    assert answer.status_code == 200, answer.content[:300]
+    schema.write_bytes(answer.content)
+    config = where / "config.yaml"
+    config.write_text(GENERATOR_CONFIG)
+    package = "console_api_client"
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("openapi-python-client")),
+            *("generate", "--path", str(schema), "--output-path", str(where / package)),
+            *("--meta", "none", "--config", str(config)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return GeneratedClient(package, where, result.returncode, result.stdout, result.stderr)
+
+
 # --- artifact storage backends ------------------------------------------------------------
 
 

@@ -3,52 +3,33 @@ it: it imports, and an agent does its whole journey with it against the real ser
 workers (create a task with a budget and a required check, propose, claim, heartbeat and
 complete its own work, upload an artifact and read its bytes back, wait for a signal and send
 it, have a gated charge denied and another approved by an operator, complete the task), with
-nothing posted by hand. Refusals come back as the typed Error."""
+nothing posted by hand. Refusals come back as the typed Error. The client is generated once per
+session (tests.conftest.generated_client)."""
 
 from __future__ import annotations
 
 import importlib
 import io
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
-import httpx
 import pytest
 
 from runtime.models import Artifact, Operation, Task
 from tests import factories
-from tests.conftest import server_start, wait_for
+from tests.conftest import GeneratedClient, server_start, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.workers]
 
 PACKAGE = "console_api_client"
-# The artifact's bytes are served with their own media type, so the schema says */*; the
-# generator is told to treat that as bytes (its documented content_type_overrides).
-CONFIG = 'post_hooks: []\ncontent_type_overrides:\n  "*/*": application/octet-stream\n'
 
 
-def _generate(server_url: str, where: Path) -> Path:
-    schema = where / "schema.json"
-    schema.write_bytes(httpx.get(f"{server_url}/api/schema/?format=json", timeout=30).content)
-    config = where / "config.yaml"
-    config.write_text(CONFIG)  # no formatter run: the client must import as made
-    out = where / PACKAGE
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("openapi-python-client")),
-            *("generate", "--path", str(schema), "--output-path", str(out)),
-            *("--meta", "none", "--config", str(config)),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+def _generated(made: GeneratedClient) -> Path:
+    assert made.package == PACKAGE
+    assert made.returncode == 0, made.stdout + made.stderr
     # Every schema construct was understood: nothing skipped, no warning.
-    assert "Warning" not in result.stdout and "Skipping" not in result.stdout, result.stdout
-    return out
+    assert "Warning" not in made.stdout and "Skipping" not in made.stdout, made.stdout
+    return made.path
 
 
 class Api:
@@ -62,19 +43,20 @@ class Api:
         return importlib.import_module(f"{PACKAGE}.api.v1.v1_{name}")
 
 
-def test_a_generated_client_does_the_whole_agent_journey(tmp_path, workers, monkeypatch):
+def test_a_generated_client_does_the_whole_agent_journey(
+    tmp_path, workers, monkeypatch, generated_client
+):
     artifacts_root = tmp_path / "artifacts"
     server = server_start(tmp_path, ARTIFACT_ROOT=artifacts_root)
     try:
         workers.start(ARTIFACT_ROOT=artifacts_root)
-        _journey(server.url, tmp_path, monkeypatch)
+        _journey(server.url, generated_client, monkeypatch)
     finally:
         server.stop()
 
 
-def _journey(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _generate(url, tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+def _journey(url: str, made: GeneratedClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(_generated(made)))
     client_module = importlib.import_module(PACKAGE)
     api = Api()
     m = api.models
