@@ -91,12 +91,17 @@ bench: install $(BENCH_STAMP)
 
 # The seeded simulation (docs/simulation.md) on its own database (agent_console_sim, created and
 # migrated by the command); DB=sqlite runs it on the embedded database under var/simulation.
+# It prints its time and steps per second. CATCH=20 runs every plant (or PLANT's) over 20
+# random seeds (or SEEDS=1,2,3) and prints each one's catch rate within STEPS.
 SIM_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console_sim
 SEED ?= 1
 STEPS ?= 1000
 PLANT ?=
 SCHEDULE ?=
-SIM_ARGS = --seed $(SEED) --steps $(STEPS) --plant "$(PLANT)" --schedule "$(SCHEDULE)"
+CATCH ?= 0
+SEEDS ?=
+SIM_ARGS = --seed $(SEED) --steps $(STEPS) --plant "$(PLANT)" --schedule "$(SCHEDULE)" \
+	--catch-rate $(CATCH) --seeds "$(SEEDS)"
 
 simulate: install
 ifeq ($(DB),sqlite)

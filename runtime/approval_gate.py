@@ -17,7 +17,6 @@ from runtime.hashing import params_hash
 from runtime.models import Approval, Operation, Task
 from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import outbox_consume_txn
-from runtime.plants import planted
 from runtime.policy import approval_decision_refusal, fresh
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import within_task_deadline
@@ -110,8 +109,6 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         return ReleaseRefused("no approval covers these parameters")
     # The moment of release on the database's clock: the validity was set by another host.
     at = db_now()
-    if planted("release-expired"):  # a simulation's planted defect: expiry is never seen
-        at = min(at, latest.expires_at - timedelta(microseconds=1))
     # Expiry first: an expiry moved earlier behind the application's back only ends the approval
     # sooner, which is safe; moved later (or anything else changed), the seal below refuses.
     if latest.status == A.APPROVED and latest.expires_at <= at:

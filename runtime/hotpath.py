@@ -56,7 +56,6 @@ from runtime.drainers import (
 from runtime.events import TaskRow, condition_case_sql, event_hint, task_touch_sql
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
-from runtime.plants import planted
 from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.statemachine import status_deltas
 from runtime.stoprule import not_stopping_sql, stopping
@@ -455,11 +454,6 @@ def accept_txn(
         ),
         **_deltas(S.RUNNING, acceptance.target),
     }
-    if planted("stale-accept"):  # a simulation's planted defect: the fence matches any claim
-        fence = ("lease_generation", "state_version", "lease_token_digest")
-        row = Operation.objects.filter(pk=op.pk).values_list(*fence).first()
-        if row is not None:
-            params["generation"], params["state_version"], params["digest"] = row
     with prepared_cursor() as cur:
         cur.execute(_ACCEPT_SQL, params)  # type: ignore[arg-type]
         row = cur.fetchone()

@@ -59,7 +59,6 @@ from runtime.leases import (
 )
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
-from runtime.plants import planted
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.specs import OperationSpec
@@ -612,14 +611,11 @@ def _report_general_txn(
     # is applied here; one still under way waits for this acceptance and settles what it left.
     operation_and_original_lock_txn(operation_id, head["compensates_id"])
     op = Operation.objects.select_for_update().get(pk=operation_id)
-    fenced = not planted("stale-accept")  # a simulation's planted defect (runtime.plants)
-    if op.status != S.RUNNING or (
-        fenced
-        and (
-            op.lease_generation != lease_generation
-            or op.state_version != state_version
-            or not lease_token_matches(op, lease_token)
-        )
+    if (
+        op.status != S.RUNNING
+        or op.lease_generation != lease_generation
+        or op.state_version != state_version
+        or not lease_token_matches(op, lease_token)
     ):
         raise StaleLease(
             "the lease is not the current one (generation, token or state version)",

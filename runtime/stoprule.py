@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from runtime.models import Invocation
-from runtime.plants import planted
 from runtime.tools import Contract, contract_of
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition
 
@@ -102,8 +101,6 @@ def stop_target(tool: str, *, unconfirmed: bool) -> str:
     """What a stop makes of covered work that is not running: ``cancelled``, unless a call of it
     may have had an effect nobody confirmed and the tool is not pure: then ``unresolved``, for a
     person (who may look it up, mark it, or compensate it)."""
-    if planted("stop-unlocked"):  # a simulation's planted defect: the unconfirmed call unseen
-        unconfirmed = False
     if unconfirmed and contract_of(tool) != Contract.PURE:
         return S.UNRESOLVED
     return S.CANCELLED
