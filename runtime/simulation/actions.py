@@ -22,7 +22,7 @@ from runtime.checks import task_checks_run
 from runtime.completion import task_complete
 from runtime.control import task_pause, task_resume
 from runtime.errors import DomainError
-from runtime.leases import Lease, agent_claim, lease_expire_sweep, lease_heartbeat
+from runtime.leases import Lease, agent_claim, lease_expire_sweep
 from runtime.models import Approval, Artifact, CheckResult, Event, Operation, Signal, Task
 from runtime.operations import Report, agent_report
 from runtime.resolutions import operation_resolve, resolutions_allowed
@@ -53,14 +53,8 @@ class World(WorldCore):
         held = self._pick(self.held, step.a)
         if held is None:
             return "nothing"
-        try:
-            _, cancel = lease_heartbeat(
-                held.lease.operation_id,
-                held.lease.lease_generation,
-                held.lease.lease_token,
-                now=self.clock.now(),
-            )
-        except DomainError:
+        cancel = self._heartbeat(held)
+        if cancel is None:
             self.held.remove(held)  # lost its lease: the worker stops
             return "heartbeat refused"
         return f"heartbeat{' (cancel asked)' if cancel else ''}"
@@ -106,15 +100,18 @@ class World(WorldCore):
         return f"+{seconds:.1f}s"
 
     def do_expire(self, step: Step) -> str:
-        """The clock moves just past the next moment something runs out: an approval (pending,
-        or approved and not yet released), a wait, or (one in four each) a task's deadline or a
-        lease. Then, by the variant, a claim arrives first (the release gate must see the expiry
-        itself, the claim the deadline), or the sweeper looks, or nobody yet."""
+        """The clock moves just past the next moment something runs out: an approval (half the
+        time one approved and not yet released), a wait, or (one in four each) a task's
+        deadline or a lease. Then, by the variant, a claim arrives first (the release gate must
+        see the expiry itself, the claim the deadline; two in three for an approval), or the
+        sweeper looks, or nobody yet."""
         ops = self._ops()
         live = set(self._live())
+        # Half the time an approved request not yet released: the release must see its expiry.
+        statuses = (A.APPROVED,) if step.a % 2 == 0 else (A.PENDING, A.APPROVED)
         moments: list[tuple[Any, str, str]] = [
             (at, "approval", op)
-            for op, at in Approval.objects.filter(status__in=(A.PENDING, A.APPROVED)).values_list(
+            for op, at in Approval.objects.filter(status__in=statuses).values_list(
                 "operation_id", "expires_at"
             )
         ]
@@ -144,7 +141,8 @@ class World(WorldCore):
             # Work of the task is delivered just after its deadline passed.
             due = self._ops_where(task_id=op_id, status__in=(S.PENDING, S.RETRY_SCHEDULED))
             op_id = self._pick(due, step.b) or ""
-        if step.b % 3 == 0 and what in ("approval", "deadline") and op_id:
+        first = step.b % 3 == 0 or (what == "approval" and step.b % 3 == 2)
+        if first and what in ("approval", "deadline") and op_id:
             return note + "; " + self._claim(op_id, step.b % len(self.workers), step)[1]
         if step.b % 3 == 1:
             return note + "; " + self.do_sweep(step)

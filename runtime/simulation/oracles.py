@@ -548,5 +548,7 @@ INVARIANTS = (
     "timer-on-time",
     "success-needs-checks",
     "saga-unwound",
+    "undo-not-stopped",
+    "deadline-respected",
     "no-unexpected-error",
 )

@@ -18,7 +18,7 @@ from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.crashpoints import crash_point_installed
 from runtime.errors import DomainError, IdempotencyKeyReused
 from runtime.executor import _invoke  # the worker's own call of the receiver
-from runtime.leases import Lease, operation_claim, operations_claim_batch
+from runtime.leases import Lease, lease_heartbeat, operation_claim, operations_claim_batch
 from runtime.models import Approval, Execution, Operation, Task
 from runtime.operations import (
     OperationSpec,
@@ -544,8 +544,30 @@ class WorldCore:
             return "nothing"
         return self._call(held, step.b)
 
+    def _heartbeat(self, held: Held) -> bool | None:
+        """The worker's heartbeat under its claim: whether it is asked to stop (None: its lease
+        is gone). A saga's undoing outlives the stop it serves: it is never asked."""
+        try:
+            _, cancel = lease_heartbeat(
+                held.lease.operation_id,
+                held.lease.lease_generation,
+                held.lease.lease_token,
+                now=self.clock.now(),
+            )
+        except DomainError:
+            return None
+        self.checks += 1
+        if cancel and held.lease.operation.compensates_id is not None:
+            raise Violation(
+                "undo-not-stopped",
+                f"compensation {held.lease.operation_id} told to cancel by its heartbeat",
+            )
+        return cancel
+
     def _call(self, held: Held, variant: int) -> str:
         op = held.lease.operation
+        if (variant // CALL_KINDS) % 2 == 0:
+            self._heartbeat(held)  # a worker heartbeats while it works (half the calls here)
         kind = variant % CALL_KINDS
         if kind == 6 and contract(op.tool) in ("replay", "lookup"):
             kind = 0  # a receiver that answers for its key refuses for itself (or replays)
