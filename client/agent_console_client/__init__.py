@@ -3,7 +3,8 @@
 ``Client`` (sync) and ``AsyncClient`` share one core (``agent_console_client._core``): every
 POST carries an ``Idempotency-Key`` made once per logical call, retries happen only on
 connection errors, 5xx, 429 and 409 ``request_in_progress`` (honouring ``Retry-After``), and
-errors are typed by ``error.code`` (``agent_console_client.errors``).
+errors are typed by ``error.code`` (``agent_console_client.errors``). Every route of the API is
+a method of both, generated from the schema with its typed models (``agent_console_client.schema``).
 
     from agent_console_client import Client
 
@@ -16,6 +17,7 @@ errors are typed by ``error.code`` (``agent_console_client.errors``).
 from agent_console_client import errors
 from agent_console_client._async import AsyncClient, AsyncLease
 from agent_console_client._core import RetryPolicy
+from agent_console_client._generated import models as schema
 from agent_console_client._sync import Client, Lease
 from agent_console_client.errors import ConsoleError, StaleLease
 from agent_console_client.models import (
@@ -49,5 +51,6 @@ __all__ = [
     "StaleLease",
     "Task",
     "errors",
+    "schema",
     "webhook_signature_valid",
 ]

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agent_console_client import _core, errors
+from agent_console_client._generated._async.routes import AsyncRoutes
 from agent_console_client._sync import (
     STREAM_FAILURES_BEFORE_POLLING,
     STREAM_READ_TIMEOUT,
@@ -35,8 +36,12 @@ T = TypeVar("T")
 log = logging.getLogger("agent_console_client")
 
 
-class AsyncClient:
+class AsyncClient(AsyncRoutes):
     """An async console client for one principal (an agent's or a script's bearer token).
+
+    Every route of the API is a coroutine method (``AsyncRoutes``, generated from
+    docs/openapi.yaml: ``tasks_list``, ``iter_tasks_list``, ``tasks_pause``, ...) answering the
+    typed models of ``agent_console_client.schema``; the verbs below are hand-written.
 
     ``http`` injects the httpx.AsyncClient to use (its transport, proxies, limits); the caller keeps
     it and closes it. Without it the client makes and owns one (close it, or use ``with``).

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -62,6 +63,10 @@ class Call(Generic[T]):
 
 def model(cls: type[M]) -> Callable[[httpx.Response], M]:
     return lambda response: cls.model_validate(response.json())
+
+
+def nothing(response: httpx.Response) -> None:
+    return None
 
 
 def raw_json(response: httpx.Response) -> Any:
@@ -162,6 +167,23 @@ def transport_error(exc: Exception) -> errors.TransportError:
 def clean(body: dict[str, Any]) -> dict[str, Any]:
     """A body without the arguments left at None (the server applies its defaults)."""
     return {k: v for k, v in body.items() if v is not None}
+
+
+# A multipart file part as httpx takes it: the bytes, or (file name, bytes[, media type]).
+FileContent = bytes | tuple[str, bytes] | tuple[str, bytes, str]
+
+
+def body_json(body: BaseModel | dict[str, Any] | None) -> Any:
+    """A request body as JSON: a model with the fields it was given (the server applies its
+    defaults to the others), a dict as it is."""
+    if isinstance(body, BaseModel):
+        return body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return body
+
+
+def segment(value: str) -> str:
+    """A path parameter, quoted: an id with a slash or a space stays one segment."""
+    return quote(str(value), safe="")
 
 
 def url(base_url: str) -> str:

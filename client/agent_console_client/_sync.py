@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agent_console_client import _core, errors
+from agent_console_client._generated._sync.routes import SyncRoutes
 from agent_console_client.models import (
     TERMINAL_STATUSES,
     Approval,
@@ -35,8 +36,12 @@ STREAM_READ_TIMEOUT = 45.0
 STREAM_FAILURES_BEFORE_POLLING = 3
 
 
-class Client:
+class Client(SyncRoutes):
     """A console client for one principal (an agent's or a script's bearer token).
+
+    Every route of the API is a method (``SyncRoutes``, generated from docs/openapi.yaml:
+    ``tasks_list``, ``iter_tasks_list``, ``tasks_pause``, ...) answering the typed models of
+    ``agent_console_client.schema``; the verbs below are the hand-written conveniences.
 
     ``http`` injects the httpx.Client to use (its transport, proxies, limits); the caller keeps
     it and closes it. Without it the client makes and owns one (close it, or use ``with``).
