@@ -72,10 +72,13 @@ def barrier_at(point: str, parties: int) -> Iterator[threading.Barrier]:
     in it."""
     barrier = threading.Barrier(parties, timeout=30)
     crossed: list[str] = []
+    reached: list[str] = []
     lock = threading.Lock()
 
     def meet() -> None:
         if threading.current_thread() is not threading.main_thread():
+            with lock:
+                reached.append(threading.current_thread().name)
             barrier.wait()
             with lock:
                 crossed.append(threading.current_thread().name)
@@ -83,9 +86,11 @@ def barrier_at(point: str, parties: int) -> Iterator[threading.Barrier]:
     with crash_point_installed(point, meet):
         yield barrier
     if len(crossed) < parties:
+        # Which threads got to the point tells a renamed point (none) from a thread that failed
+        # or blocked before it (the others waited out the barrier's timeout).
         raise AssertionError(
-            f"{len(crossed)} of {parties} threads crossed the barrier at {point!r}: "
-            "the window was never forced"
+            f"{len(crossed)} of {parties} threads crossed the barrier at {point!r} "
+            f"(reached by {sorted(reached) or 'none'}): the window was never forced"
         )
 
 

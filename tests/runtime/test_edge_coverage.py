@@ -18,7 +18,7 @@ from runtime.approvals import approval_decide, approval_expire_sweep
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
 from runtime.leases import Lease, lease_expire_sweep, operation_claim
-from runtime.models import Approval, Event, Operation
+from runtime.models import Approval, Event, Operation, Task
 from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
 from runtime.simulation.edges import EdgeLog
@@ -296,6 +296,19 @@ def scenario_past_the_deadline() -> None:
         assert _fresh(op).status == "expired"
 
 
+def scenario_failed_with_a_call_in_flight() -> None:
+    """A task failed by its owner while a call runs ends when the call's report settles it:
+    the task goes from running straight to terminal (the seeds reach it only on some
+    schedules)."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, tool="demo.echo", params={"n": 1})
+    lease = _claim(op)
+    task_fail(owner.actor, task.pk, "enough")
+    _report(lease, Report(outcome="succeeded", result={"ok": True}))
+    assert Task.objects.get(pk=task.pk).condition == "terminal"
+
+
 SCENARIOS: tuple[Callable[[], None], ...] = (
     scenario_approver_loses_the_right,
     scenario_approvals_released_and_run_out,
@@ -305,6 +318,7 @@ SCENARIOS: tuple[Callable[[], None], ...] = (
     scenario_work_stopped_for_a_person,
     scenario_a_saga_with_a_person,
     scenario_past_the_deadline,
+    scenario_failed_with_a_call_in_flight,
 )
 
 
