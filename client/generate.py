@@ -15,6 +15,8 @@ test_client_drift.py regenerates into a temporary directory and fails on any dif
   template each. A list route with a cursor also gets ``iter_<name>``, an async iterator over
   its items that follows the pages. Every POST takes ``idempotency_key``, the caller's key.
 - ``_sync/routes.py``: ``SyncRoutes``, made from the async file by unasync.
+- ``nullable.py``: per request body, the optional fields that may not be null (a body leaves
+  them out when they are None).
 
 The output is formatted by ruff, so it is the same byte for byte wherever it is generated.
 """
@@ -95,10 +97,13 @@ class Routes:
         self.doc = document
         self.schemas: dict[str, Any] = document["components"]["schemas"]
         self.lines: list[str] = []
+        # Request bodies' schemas (oneOf members included), for not_nullable().
+        self.bodies: set[str] = set()
 
     def body_type(self, name: str) -> str:
         """A request body's annotation: a oneOf's members are offered by name."""
         members = [_ref(m) for m in self.schemas[name].get("oneOf", [])]
+        self.bodies.update([name, *(m for m in members if m)])
         names = [f"models.{m}" for m in members if m] or [f"models.{name}"]
         return " | ".join([*names, "dict[str, Any]"])
 
@@ -324,6 +329,32 @@ class Routes:
         return text
 
 
+def not_nullable(routes: Routes) -> str:
+    """The module naming, per request body model, its optional fields that may not be null: the
+    models type them ``X | None = None`` as they do nullable ones, and a body must leave them out
+    rather than send null (client/agent_console_client/_core.py, body_json)."""
+    rows = []
+    for name in sorted(routes.bodies):
+        props = routes.schemas[name].get("properties", {})
+        required = set(routes.schemas[name].get("required", []))
+        fields = sorted(k for k, v in props.items() if k not in required and not v.get("nullable"))
+        if fields:
+            rows.append(f"    {name!r}: frozenset({fields!r}),")
+    return "\n".join(
+        [
+            f'"""{HEADER}',
+            "",
+            "Per request body model, the optional fields that may not be sent as null (left out",
+            'of a body when None)."""',
+            "",
+            "NOT_NULLABLE: dict[str, frozenset[str]] = {",
+            *rows,
+            "}",
+            "",
+        ]
+    )
+
+
 def ruff(command: str, *paths: Path) -> None:
     # The project's settings by name: a file generated outside the tree (the drift test's
     # temporary directory) is formatted as the committed one is.
@@ -366,14 +397,18 @@ def generate(schema: Path = SCHEMA, out: Path = PACKAGE) -> list[Path]:
     )
     document = yaml.safe_load(schema.read_text())
     routes = out / "_async" / "routes.py"
-    routes.write_text(Routes(document).source())
-    ruff("format", routes, models)
+    written = Routes(document)
+    routes.write_text(written.source())
+    nullable = out / "nullable.py"
+    nullable.write_text(not_nullable(written))
+    ruff("format", routes, models, nullable)
     sync = unasync_file(routes)
     files = [
         out / "__init__.py",
         out / "_async" / "__init__.py",
         out / "_sync" / "__init__.py",
         models,
+        nullable,
         routes,
         sync,
     ]

@@ -18,6 +18,7 @@ import httpx
 from pydantic import BaseModel
 
 from agent_console_client import errors
+from agent_console_client._generated.nullable import NOT_NULLABLE
 from agent_console_client.models import (
     Approval,
     Artifact,
@@ -175,10 +176,13 @@ FileContent = bytes | tuple[str, bytes] | tuple[str, bytes, str]
 
 def body_json(body: BaseModel | dict[str, Any] | None) -> Any:
     """A request body as JSON: a model with the fields it was given (the server applies its
-    defaults to the others), a dict as it is."""
-    if isinstance(body, BaseModel):
-        return body.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    return body
+    defaults to the others), less those given as None that the schema does not let be null
+    (the models type both kinds ``X | None``); a dict as it is."""
+    if not isinstance(body, BaseModel):
+        return body
+    dumped = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    refused = NOT_NULLABLE.get(type(body).__name__, frozenset())
+    return {k: v for k, v in dumped.items() if v is not None or k not in refused}
 
 
 def segment(value: str) -> str:
