@@ -122,6 +122,31 @@ def refusal_code(exc: BaseException) -> str | None:
     return str(cause.diag.message_primary)  # type: ignore[union-attr]
 
 
+def _column_names(cur: Any) -> list[str]:
+    names = [column[0] for column in cur.description]
+    if len(set(names)) != len(names):
+        # A dict would keep one of two columns of the same name: name them apart in the SQL.
+        raise ValueError(f"a statement returned two columns of the same name: {names}")
+    return names
+
+
+def fetchone_named(cur: Any) -> dict[str, Any] | None:
+    """The cursor's next row as ``{column name: value}`` (None when there is none): a row of
+    the runtime's hand-written statements is read by the names its SQL gives its columns,
+    never by position, so a column added to or moved in a statement cannot shift another."""
+    row = cur.fetchone()
+    return None if row is None else dict(zip(_column_names(cur), row, strict=True))
+
+
+def fetchall_named(cur: Any) -> list[dict[str, Any]]:
+    """The cursor's remaining rows as ``fetchone_named`` reads one."""
+    rows = cur.fetchall()
+    if not rows:
+        return []
+    names = _column_names(cur)
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
 def prepared_cursor() -> Any:
     """A cursor for the statements every operation runs (the hot path): on PostgreSQL it binds
     parameters on the server, so psycopg prepares each statement once per connection after

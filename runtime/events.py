@@ -12,15 +12,16 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
-from runtime.db import db_datetime
+from runtime.db import db_datetime, fetchone_named
 from runtime.models import Event
+from runtime.sqlfiles import Slot, column_list, queries
 from runtime.transitions import CONDITION_DEFAULT, CONDITION_RULES, OperationStatus
 from runtime.transitions import TaskCondition as C
 
@@ -69,28 +70,35 @@ def condition_case_sql(delta: str = "%(d_{})s") -> str:
     )
 
 
-def task_touch_sql(task_id_sql: str) -> str:
-    """The journal statement on the task row: the next ``seq``, the counters moved by this
-    transition's deltas, and the condition derived from them. ``task_id_sql`` says which task
-    (a bound parameter, or the operation CTE's task in the hot path). Built once per caller
-    from constants; every value is a bound parameter."""
-    cond = condition_case_sql()
-    return f"""
-  UPDATE runtime_task SET
-    event_seq = event_seq + 1,
-    ops_active = ops_active + %(d_active)s,
-    ops_claimable = ops_claimable + %(d_claimable)s,
-    ops_blocked = ops_blocked + %(d_blocked)s,
-    state_version = state_version + CASE WHEN condition <> {cond} THEN 1 ELSE 0 END,
-    condition = {cond},
-    updated_at = %(now)s
-  WHERE id = {task_id_sql}
-  RETURNING id, event_seq, condition, outcome, state_version, cancellation, paused, deadline,
-    ops_active
-"""  # noqa: S608
+def task_row(row: dict[str, Any], prefix: str = "") -> TaskRow:
+    """The TaskRow of a statement's row, read by column name (``TASK_COLUMNS``, each under
+    ``prefix`` when the statement names them apart from another row's)."""
+    return TaskRow(
+        id=row[prefix + "id"],
+        event_seq=row[prefix + "event_seq"],
+        condition=row[prefix + "condition"],
+        outcome=row[prefix + "outcome"],
+        state_version=row[prefix + "state_version"],
+        cancellation=row[prefix + "cancellation"],
+        paused=bool(row[prefix + "paused"]),
+        deadline=db_datetime(row[prefix + "deadline"]),
+        ops_active=int(row[prefix + "ops_active"]),
+    )
 
 
-_TOUCH_SQL = task_touch_sql("%(task_id)s")
+# The task row's columns a journal statement returns (TaskRow's fields, in order).
+TASK_COLUMNS = tuple(f.name for f in fields(TaskRow))
+
+# The values the journal's fragments (runtime/sql/journal.sql) are filled with: the
+# condition CASE rendered from the rules, and the task row's columns.
+JOURNAL_SLOTS: dict[str, Slot] = {
+    "condition_after_deltas": condition_case_sql(),
+    "condition_after_batch_deltas": condition_case_sql("d.d_{}"),
+    "task_columns": lambda alias="", prefix="": column_list(TASK_COLUMNS, alias, prefix),
+    "task_nulls": ", ".join("NULL" for _ in TASK_COLUMNS),
+}
+
+_SQL = queries("task_touch_by_id", slots=JOURNAL_SLOTS)
 
 
 def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) -> TaskRow:
@@ -100,7 +108,7 @@ def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) ->
     d_active, d_claimable, d_blocked = deltas
     with connection.cursor() as cur:
         cur.execute(
-            _TOUCH_SQL,
+            _SQL["task_touch_by_id"],
             {
                 "d_active": d_active,
                 "d_claimable": d_claimable,
@@ -109,20 +117,10 @@ def task_touch_txn(task_id: str, deltas: tuple[int, int, int], now: datetime) ->
                 "task_id": task_id,
             },
         )
-        row = cur.fetchone()
+        row = fetchone_named(cur)
     if row is None:
         raise LookupError(f"task {task_id} vanished inside its own transaction")
-    return TaskRow(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        bool(row[6]),
-        db_datetime(row[7]),
-        int(row[8]),
-    )
+    return task_row(row)
 
 
 def event_append_txn(

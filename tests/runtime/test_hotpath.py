@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runtime import dialect, hotpath
+from runtime import dialect, hotpath, sqlfiles
 from runtime.executions import execution_for_agent
 from runtime.executor import operation_execute
 from runtime.leases import Lease, lease_heartbeat, operation_claim
@@ -307,12 +307,12 @@ def _finished_operations(count: int) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "_CLAIM_SQL",
-        "_ACCEPT_SQL",
-        "_BATCH_CLAIM_SQL",
-        "_BATCH_CLAIMED_SQL",
-        "_BATCH_ACCEPT_SQL",
-        "_BATCH_ACCEPTED_SQL",
+        "claim_one",
+        "accept_one",
+        "claim_batch_pick",
+        "claim_batch_journal",
+        "accept_batch_pick",
+        "accept_batch_journal",
     ],
 )
 def test_statements_given_their_operations_ids_find_them_by_id_whatever_the_statistics(name):
@@ -323,7 +323,7 @@ def test_statements_given_their_operations_ids_find_them_by_id_whatever_the_stat
     ids must find them, and their invocations, through the keys, never a status index or a
     scan of the table."""
     _finished_operations(3000)
-    plan = generic_plan(getattr(hotpath, name))
+    plan = generic_plan(sqlfiles.RENDERED[name])
     assert "op_status_" not in plan, plan
     assert "compensates_id_" not in plan, plan
     # (The task table of this test has two rows: a scan of it is the right plan.)
