@@ -258,7 +258,17 @@ class World(WorldCore):
             return decided
 
         call()
-        return f"{decision} {approval.pk[-6:]}" + self._lost(step, call)
+        note = f"{decision} {approval.pk[-6:]}" + self._lost(step, call)
+        if decision == "approve" and step.a % 2 == 0:
+            # Approved just before the request ran out, and a worker arrives just after: the
+            # release itself must see the expiry (nothing swept it yet).
+            ends = Approval.objects.filter(pk=approval.pk).values_list("expires_at", flat=True)
+            at = ends.first()
+            if at is not None:
+                worker = step.b % len(self.workers)
+                note += f"; runs out: {self._to(at)}; "
+                note += self._claim(approval.operation_id, worker, step)[1]
+        return note
 
     def _decided(self, op_id: str, decision: str, approver: str) -> None:
         """A person's decision was accepted: never on a request whose validity has ended."""
