@@ -1,24 +1,21 @@
-"""The asynchronous client: sends the same core's calls with httpx.AsyncClient."""
+"""The console client, written async over httpx; ``_sync.py`` is made from this file by unasync
+(``make client``, client/generate.py), so the two cannot drift: edit this one. Where they differ
+by more than ``async``/``await`` (sleeping, the heartbeat beside the caller) the code names the
+async form of ``agent_console_client._concurrency``, which unasync turns into the sync one."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
 from agent_console_client import _core, errors
+from agent_console_client._concurrency import AsyncBeat, AsyncSleep, async_sleep
 from agent_console_client._generated._async.routes import AsyncRoutes
-from agent_console_client._sync import (
-    STREAM_FAILURES_BEFORE_POLLING,
-    STREAM_READ_TIMEOUT,
-    heartbeat_interval,
-)
 from agent_console_client.models import (
     TERMINAL_STATUSES,
     Approval,
@@ -37,13 +34,13 @@ log = logging.getLogger("agent_console_client")
 
 
 class AsyncClient(AsyncRoutes):
-    """An async console client for one principal (an agent's or a script's bearer token).
+    """A console client for one principal (an agent's or a script's bearer token).
 
-    Every route of the API is a coroutine method (``AsyncRoutes``, generated from
-    docs/openapi.yaml: ``tasks_list``, ``iter_tasks_list``, ``tasks_pause``, ...) answering the
-    typed models of ``agent_console_client.schema``; the verbs below are hand-written.
+    Every route of the API is a method (generated from docs/openapi.yaml: ``tasks_list``,
+    ``iter_tasks_list``, ``tasks_pause``, ...) answering the typed models of
+    ``agent_console_client.schema``; the verbs below are the hand-written conveniences.
 
-    ``http`` injects the httpx.AsyncClient to use (its transport, proxies, limits); the caller keeps
+    ``http`` injects the httpx client to use (its transport, proxies, limits); the caller keeps
     it and closes it. Without it the client makes and owns one (close it, or use ``with``).
     """
 
@@ -55,7 +52,7 @@ class AsyncClient(AsyncRoutes):
         http: httpx.AsyncClient | None = None,
         timeout: float = 30.0,
         retry: _core.RetryPolicy | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        sleep: AsyncSleep = async_sleep,
     ) -> None:
         self.base_url = _core.url(base_url)
         self._headers = _core.auth_headers(token)
@@ -65,7 +62,7 @@ class AsyncClient(AsyncRoutes):
         self._sleep = sleep
 
     def __repr__(self) -> str:
-        return f"AsyncClient(base_url={self.base_url!r})"
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -330,7 +327,7 @@ class AsyncClient(AsyncRoutes):
             headers = {**self._headers, "Accept": "text/event-stream"}
             if cursor.last is not None:
                 headers["Last-Event-ID"] = cursor.last
-            timeouts = httpx.Timeout(self.http.timeout.connect, read=STREAM_READ_TIMEOUT)
+            timeouts = httpx.Timeout(self.http.timeout.connect, read=_core.STREAM_READ_TIMEOUT)
             try:
                 async with self.http.stream(
                     "GET",
@@ -360,7 +357,7 @@ class AsyncClient(AsyncRoutes):
             except _core.RETRYABLE_EXCEPTIONS as exc:
                 failures += 1
                 log.debug("event stream cut (%s); resuming after %s", exc, cursor.last)
-                if failures >= STREAM_FAILURES_BEFORE_POLLING:
+                if failures >= _core.STREAM_FAILURES_BEFORE_POLLING:
                     log.info("event stream unavailable: polling")
                     streaming = False
                 else:
@@ -368,9 +365,13 @@ class AsyncClient(AsyncRoutes):
 
 
 class AsyncLease:
-    """The async form of ``Lease``: ``async with client.claim(op_id) as lease``; heartbeats run
-    as a task of the running loop. The same rules: ``cancel_requested``, ``lost`` after
-    ``stale_lease`` (heartbeats stop; ``complete`` raises without sending), no token in repr."""
+    """A claimed lease on an agent-executed operation, as a context manager (``with``).
+
+    It heartbeats beside the caller at about a third of the lease. ``cancel_requested`` turns
+    true when a heartbeat reports that the task is being cancelled (``on_cancel`` is then called
+    once, from the heartbeat). ``lost`` turns true when the server answered ``stale_lease``:
+    heartbeats stop, and ``complete`` raises StaleLease without sending anything. If the block
+    raises, a failure is reported. The lease token never appears in ``repr`` or in logs."""
 
     def __init__(
         self,
@@ -389,19 +390,20 @@ class AsyncLease:
         self.heartbeats = 0
         self._every = heartbeat_every
         self._on_cancel = on_cancel
-        self._task: asyncio.Task[None] | None = None
+        self._beat = AsyncBeat()
 
     def __repr__(self) -> str:
         generation = self.grant.lease_generation if self.grant else None
         return (
-            f"AsyncLease(operation={self.operation_id!r}, generation={generation}, "
+            f"{type(self).__name__}(operation={self.operation_id!r}, generation={generation}, "
             f"lost={self.lost}, cancel_requested={self.cancel_requested})"
         )
 
     async def __aenter__(self) -> AsyncLease:
         grant: LeaseGrant = await self.client.send(_core.claim(self.operation_id))
         self.grant = grant
-        self._task = asyncio.create_task(self._beat(heartbeat_interval(self.grant, self._every)))
+        every = _core.heartbeat_interval(grant, self._every)
+        self._beat.start(self._beat_once, every, f"lease-{self.operation_id}")
         return self
 
     async def __aexit__(
@@ -421,13 +423,11 @@ class AsyncLease:
                 )
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop heartbeating (the lease then lapses unless completed)."""
+        await self._beat.stop()
 
     async def heartbeat(self) -> HeartbeatAnswer:
+        """One heartbeat now. StaleLease marks the lease lost, which stops heartbeating."""
         assert self.grant is not None, "claim first (enter the context manager)"
         if self.lost:
             raise errors.StaleLease("the lease was lost", code="stale_lease")
@@ -443,16 +443,16 @@ class AsyncLease:
                 self._on_cancel()
         return answer
 
-    async def _beat(self, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self.heartbeat()
-            except errors.StaleLease:
-                log.warning("lease on %s is stale: stopped heartbeating", self.operation_id)
-                return
-            except errors.ConsoleError as exc:
-                log.warning("heartbeat for %s failed: %s", self.operation_id, exc)
+    async def _beat_once(self) -> bool:
+        """One background heartbeat; False ends them (the lease is lost)."""
+        try:
+            await self.heartbeat()
+        except errors.StaleLease:
+            log.warning("lease on %s is stale: stopped heartbeating", self.operation_id)
+            return False
+        except errors.ConsoleError as exc:
+            log.warning("heartbeat for %s failed: %s", self.operation_id, exc)
+        return True
 
     async def complete(
         self,

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -37,6 +38,10 @@ M = TypeVar("M", bound=BaseModel)
 
 API = "/api/v1"
 USER_AGENT = "agent-console-client/0.1"
+# A stream's read timeout: the server sends a keepalive after 15 quiet seconds.
+STREAM_READ_TIMEOUT = 45.0
+# Consecutive failed stream connections before following falls back to polling ``?after=``.
+STREAM_FAILURES_BEFORE_POLLING = 3
 
 
 @dataclass
@@ -196,6 +201,22 @@ def url(base_url: str) -> str:
 
 def auth_headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
+
+
+def _seconds_until(iso: str) -> float:
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (when - datetime.now(UTC)).total_seconds()
+
+
+def heartbeat_interval(grant: LeaseGrant, given: float | None) -> float:
+    """About a third of the lease (as granted), so two heartbeats can fail before it lapses."""
+    if given is not None:
+        return given
+    try:
+        lease = _seconds_until(grant.lease_expires_at)
+    except ValueError:
+        lease = 30.0
+    return max(0.2, lease / 3)
 
 
 # --- server-sent events -----------------------------------------------------------------------

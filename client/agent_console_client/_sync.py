@@ -1,18 +1,20 @@
-"""The synchronous client: sends the core's calls with httpx.Client."""
+"""The console client, written async over httpx; ``_sync.py`` is made from this file by unasync
+(``make client``, client/generate.py), so the two cannot drift: edit this one. Where they differ
+by more than ``async``/``await`` (sleeping, the heartbeat beside the caller) the code names the
+async form of ``agent_console_client._concurrency``, which unasync turns into the sync one."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
 from agent_console_client import _core, errors
+from agent_console_client._concurrency import SyncBeat, SyncSleep, sync_sleep
 from agent_console_client._generated._sync.routes import SyncRoutes
 from agent_console_client.models import (
     TERMINAL_STATUSES,
@@ -30,20 +32,15 @@ from agent_console_client.models import (
 T = TypeVar("T")
 log = logging.getLogger("agent_console_client")
 
-# A stream's read timeout: the server sends a keepalive after 15 quiet seconds.
-STREAM_READ_TIMEOUT = 45.0
-# Consecutive failed stream connections before following falls back to polling ``?after=``.
-STREAM_FAILURES_BEFORE_POLLING = 3
-
 
 class Client(SyncRoutes):
     """A console client for one principal (an agent's or a script's bearer token).
 
-    Every route of the API is a method (``SyncRoutes``, generated from docs/openapi.yaml:
-    ``tasks_list``, ``iter_tasks_list``, ``tasks_pause``, ...) answering the typed models of
+    Every route of the API is a method (generated from docs/openapi.yaml: ``tasks_list``,
+    ``iter_tasks_list``, ``tasks_pause``, ...) answering the typed models of
     ``agent_console_client.schema``; the verbs below are the hand-written conveniences.
 
-    ``http`` injects the httpx.Client to use (its transport, proxies, limits); the caller keeps
+    ``http`` injects the httpx client to use (its transport, proxies, limits); the caller keeps
     it and closes it. Without it the client makes and owns one (close it, or use ``with``).
     """
 
@@ -55,7 +52,7 @@ class Client(SyncRoutes):
         http: httpx.Client | None = None,
         timeout: float = 30.0,
         retry: _core.RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: SyncSleep = sync_sleep,
     ) -> None:
         self.base_url = _core.url(base_url)
         self._headers = _core.auth_headers(token)
@@ -65,7 +62,7 @@ class Client(SyncRoutes):
         self._sleep = sleep
 
     def __repr__(self) -> str:
-        return f"Client(base_url={self.base_url!r})"
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     def close(self) -> None:
         if self._owns_http:
@@ -311,7 +308,8 @@ class Client(SyncRoutes):
             if not streaming:
                 page = self.send(_core.events_page(task_id, cursor.last))
                 fresh = list(cursor.fresh(page.events))
-                yield from fresh
+                for event in fresh:
+                    yield event
                 if not page.events:
                     if not follow:
                         return
@@ -325,7 +323,7 @@ class Client(SyncRoutes):
             headers = {**self._headers, "Accept": "text/event-stream"}
             if cursor.last is not None:
                 headers["Last-Event-ID"] = cursor.last
-            timeouts = httpx.Timeout(self.http.timeout.connect, read=STREAM_READ_TIMEOUT)
+            timeouts = httpx.Timeout(self.http.timeout.connect, read=_core.STREAM_READ_TIMEOUT)
             try:
                 with self.http.stream(
                     "GET",
@@ -348,42 +346,28 @@ class Client(SyncRoutes):
                     for line in response.iter_lines():
                         raw = parser.feed(line)
                         if raw is not None:
-                            yield from cursor.fresh([_core.sse_event(raw)])
+                            for event in cursor.fresh([_core.sse_event(raw)]):
+                                yield event
                         if deadline is not None and time.monotonic() >= deadline:
                             return
             except _core.RETRYABLE_EXCEPTIONS as exc:
                 failures += 1
                 log.debug("event stream cut (%s); resuming after %s", exc, cursor.last)
-                if failures >= STREAM_FAILURES_BEFORE_POLLING:
+                if failures >= _core.STREAM_FAILURES_BEFORE_POLLING:
                     log.info("event stream unavailable: polling")
                     streaming = False
                 else:
                     self._sleep(min(2.0, 0.1 * 2**failures))
 
 
-def _seconds_until(iso: str) -> float:
-    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return (when - datetime.now(UTC)).total_seconds()
-
-
-def heartbeat_interval(grant: LeaseGrant, given: float | None) -> float:
-    """About a third of the lease (as granted), so two heartbeats can fail before it lapses."""
-    if given is not None:
-        return given
-    try:
-        lease = _seconds_until(grant.lease_expires_at)
-    except ValueError:
-        lease = 30.0
-    return max(0.2, lease / 3)
-
-
 class Lease:
-    """A claimed lease on an agent-executed operation (sync). Use as a context manager.
+    """A claimed lease on an agent-executed operation, as a context manager (``with``).
 
-    ``cancel_requested`` turns true when a heartbeat reports that the task is being cancelled
-    (``on_cancel`` is then called once, from the heartbeat thread). ``lost`` turns true when the
-    server answered ``stale_lease``: heartbeats stop, and ``complete`` raises StaleLease without
-    sending anything. The lease token never appears in ``repr`` or in logs."""
+    It heartbeats beside the caller at about a third of the lease. ``cancel_requested`` turns
+    true when a heartbeat reports that the task is being cancelled (``on_cancel`` is then called
+    once, from the heartbeat). ``lost`` turns true when the server answered ``stale_lease``:
+    heartbeats stop, and ``complete`` raises StaleLease without sending anything. If the block
+    raises, a failure is reported. The lease token never appears in ``repr`` or in logs."""
 
     def __init__(
         self,
@@ -402,26 +386,20 @@ class Lease:
         self.heartbeats = 0
         self._every = heartbeat_every
         self._on_cancel = on_cancel
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._beat = SyncBeat()
 
     def __repr__(self) -> str:
         generation = self.grant.lease_generation if self.grant else None
         return (
-            f"Lease(operation={self.operation_id!r}, generation={generation}, "
+            f"{type(self).__name__}(operation={self.operation_id!r}, generation={generation}, "
             f"lost={self.lost}, cancel_requested={self.cancel_requested})"
         )
 
     def __enter__(self) -> Lease:
         grant: LeaseGrant = self.client.send(_core.claim(self.operation_id))
         self.grant = grant
-        self._thread = threading.Thread(
-            target=self._beat,
-            args=(heartbeat_interval(self.grant, self._every),),
-            name=f"lease-{self.operation_id}",
-            daemon=True,
-        )
-        self._thread.start()
+        every = _core.heartbeat_interval(grant, self._every)
+        self._beat.start(self._beat_once, every, f"lease-{self.operation_id}")
         return self
 
     def __exit__(
@@ -442,12 +420,10 @@ class Lease:
 
     def stop(self) -> None:
         """Stop heartbeating (the lease then lapses unless completed)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        self._beat.stop()
 
     def heartbeat(self) -> HeartbeatAnswer:
-        """One heartbeat now. StaleLease marks the lease lost and stops heartbeating."""
+        """One heartbeat now. StaleLease marks the lease lost, which stops heartbeating."""
         assert self.grant is not None, "claim first (enter the context manager)"
         if self.lost:
             raise errors.StaleLease("the lease was lost", code="stale_lease")
@@ -455,7 +431,6 @@ class Lease:
             answer = self.client.send(_core.heartbeat(self.operation_id, self.grant))
         except errors.StaleLease:
             self.lost = True
-            self._stop.set()
             raise
         self.heartbeats += 1
         if answer.cancel_requested and not self.cancel_requested:
@@ -464,15 +439,16 @@ class Lease:
                 self._on_cancel()
         return answer
 
-    def _beat(self, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                self.heartbeat()
-            except errors.StaleLease:
-                log.warning("lease on %s is stale: stopped heartbeating", self.operation_id)
-                return
-            except errors.ConsoleError as exc:
-                log.warning("heartbeat for %s failed: %s", self.operation_id, exc)
+    def _beat_once(self) -> bool:
+        """One background heartbeat; False ends them (the lease is lost)."""
+        try:
+            self.heartbeat()
+        except errors.StaleLease:
+            log.warning("lease on %s is stale: stopped heartbeating", self.operation_id)
+            return False
+        except errors.ConsoleError as exc:
+            log.warning("heartbeat for %s failed: %s", self.operation_id, exc)
+        return True
 
     def complete(
         self,

@@ -1,7 +1,8 @@
 """The client's generated part (client/agent_console_client/_generated) is what client/generate.py
 makes of docs/openapi.yaml: regenerated into a temporary directory, it must equal the committed
 files byte for byte (`make client` after `make schema` fixes a failure). A schema change is
-caught; the sync routes are unasync's output of the async ones; every route is a verb of both
+caught; each sync file (the generated routes, the hand-written client) is unasync's output of
+its async one; every route is a verb of both
 clients, every POST takes the caller's key, and every list route with a cursor an iterator."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from agent_console_client import AsyncClient, Client
 from tests.conftest import ROOT
 
 SCHEMA = ROOT / "docs" / "openapi.yaml"
-COMMITTED = ROOT / "client" / "agent_console_client" / "_generated"
+CLIENT = ROOT / "client" / "agent_console_client"
+COMMITTED = CLIENT / "_generated"
 
 
 def _generator() -> ModuleType:
@@ -82,9 +84,13 @@ def test_a_schema_change_is_caught(tmp_path, document):
     assert "def tasks_colour_retrieve(" in (tmp_path / "_generated/_sync/routes.py").read_text()
 
 
-def test_the_sync_routes_are_unasync_of_the_async_ones():
-    made = _generator().sync_source(COMMITTED / "_async" / "routes.py")
-    assert made == (COMMITTED / "_sync" / "routes.py").read_text()
+@pytest.mark.parametrize(
+    "async_file, sync_file",
+    [("_generated/_async/routes.py", "_generated/_sync/routes.py"), ("_async.py", "_sync.py")],
+)
+def test_each_sync_file_is_unasync_of_its_async_one(async_file, sync_file):
+    made = _generator().sync_source(CLIENT / async_file)
+    assert made == (CLIENT / sync_file).read_text(), f"run `make client`: {sync_file} differs"
 
 
 def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -184,9 +184,10 @@ def test_the_lease_stops_on_stale_lease_and_never_reports_after_it(short_lease_s
             assert takeover.grant.lease_generation > lease.grant.lease_generation
             gate.release.set()
             wait_for(lambda: lease.lost, what="the heartbeat to meet stale_lease")
-            assert lease._thread is not None
-            lease._thread.join(10)
-            assert not lease._thread.is_alive()
+            beat = lease._beat._thread  # the heartbeat thread (agent_console_client._concurrency)
+            assert beat is not None
+            beat.join(10)
+            assert not beat.is_alive()
             with pytest.raises(errors.StaleLease):
                 lease.complete(result={"late": True})
             takeover.complete(result={"by": "takeover"})
