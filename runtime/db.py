@@ -19,8 +19,11 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 
 from runtime import dialect
+from runtime.sqlfiles import queries
 
 T = TypeVar("T")
+
+_SQL = queries("database_now", slots={})
 
 
 class TransactionOpen(RuntimeError):
@@ -56,9 +59,9 @@ def db_now() -> datetime:
     if not dialect.database_clock():
         return datetime.now(UTC)
     with connection.cursor() as cur:
-        cur.execute("SELECT statement_timestamp()")
-        row = cur.fetchone()
-    return row[0]  # type: ignore[no-any-return,index]
+        cur.execute(_SQL["database_now"])
+        row = fetchone_named(cur)
+    return row["now"]  # type: ignore[no-any-return,index]
 
 
 # PostgreSQL's answers to contention that a retry of the whole transaction resolves:

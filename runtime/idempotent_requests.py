@@ -14,10 +14,11 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from runtime import dialect
-from runtime.db import prepared_cursor
+from runtime.db import fetchone_named, prepared_cursor
 from runtime.errors import IdempotencyKeyReused, InvalidInput, RequestInProgress, StaleLease
 from runtime.lease_tokens import lease_token_restore
 from runtime.models import IdempotentRequest
+from runtime.sqlfiles import column_list, queries
 
 # A first request that never finished (its process died before committing) stops blocking its
 # key after this long. Its business write and its stored response commit together, so an
@@ -96,11 +97,11 @@ def request_claim_txn(
     # One round trip: the lock, then the record read in a snapshot taken once the lock is held
     # (migration 0017 says why that needs a function).
     with prepared_cursor() as cur:
-        cur.execute(_CLAIM, [principal, key])
-        row = cur.fetchone()
-    if not (row and row[0]):
+        cur.execute(_SQL["idempotency_claim"], [principal, key])
+        row = fetchone_named(cur)
+    if not (row and row["taken"]):
         raise RequestInProgress("a request with this Idempotency-Key is still in progress")
-    existing = _record_of(row[1:])
+    existing = _record_of(row)
     if existing is None:
         return None
     return _replay_or_refuse(existing, method=method, path=path, body_hash=body_hash)
@@ -125,7 +126,7 @@ def request_record_txn(
     row = (Jsonb(body), now, now)
     with prepared_cursor() as cur:
         cur.execute(
-            _RECORD,
+            _SQL["idempotency_record"],
             (principal, key, method, path, body_hash, IdempotentRequest.STATUS_DONE, status, *row),
         )
 
@@ -146,27 +147,23 @@ _FIELDS = [
     "created_at",
     "finished_at",
 ]
-# The claim's column list is _FIELDS itself (names from this module, no input).
-_CLAIM = (
-    "SELECT c.taken, "  # noqa: S608
-    + ", ".join(f'(c.existing)."{name}"' for name in _FIELDS)
-    + " FROM runtime_idempotency_claim(%s, %s) c"
-)
-_BODY_AT = _FIELDS.index("response_body")
-_RECORD = (
-    'INSERT INTO runtime_idempotentrequest (principal, "key", method, path, body_hash, status,'
-    " response_status, response_body, created_at, finished_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+# The statements, in runtime/sql/requests.sql; the claim returns the record's _FIELDS.
+_SQL = queries(
+    "idempotency_claim",
+    "idempotency_record",
+    slots={"record_columns": column_list(tuple(f'"{name}"' for name in _FIELDS), "(c.existing)")},
 )
 
 
-def _record_of(row: Any) -> IdempotentRequest | None:
-    """The record from its _FIELDS columns; None for the claim's no-record (a NULL id)."""
-    if row[0] is None:
+def _record_of(row: dict[str, Any]) -> IdempotentRequest | None:
+    """The record from its _FIELDS columns, by name; None for the claim's no-record (a NULL
+    id)."""
+    if row["id"] is None:
         return None
-    values = list(row)
-    if isinstance(values[_BODY_AT], str):  # Django's connections load jsonb as text
-        values[_BODY_AT] = json.loads(values[_BODY_AT])
+    values = [row[name] for name in _FIELDS]
+    body = _FIELDS.index("response_body")
+    if isinstance(values[body], str):  # Django's connections load jsonb as text
+        values[body] = json.loads(values[body])
     return IdempotentRequest.from_db(DEFAULT_DB_ALIAS, _FIELDS, values)
 
 

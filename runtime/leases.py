@@ -35,7 +35,7 @@ from runtime.budgets import (
 )
 from runtime.control import paused_claim_refused_txn
 from runtime.crashpoints import crash_point
-from runtime.db import db_datetime
+from runtime.db import db_datetime, fetchone_named
 from runtime.errors import BudgetExhausted, NotClaimable, StaleLease, TransitionRejected
 from runtime.events import event_append_txn
 from runtime.lease_tokens import lease_token_digest as _derived_digest
@@ -43,6 +43,7 @@ from runtime.lease_tokens import lease_token_mint
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.reactor import operation_settled_txn
+from runtime.sqlfiles import queries
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.stoprule import (
     STOPPED_UNCONFIRMED_EVENT,
@@ -57,6 +58,9 @@ from runtime.tools import Contract, adapters, contract_of
 from runtime.transitions import OperationStatus
 
 S = OperationStatus
+
+# The heartbeat, one form per dialect (runtime/sql/lease.sql).
+_SQL = queries("lease_heartbeat", "lease_heartbeat_database_clock", slots={"running": S.RUNNING})
 
 
 @dataclass(frozen=True)
@@ -487,7 +491,9 @@ def lease_heartbeat(
         # On PostgreSQL the expiry is the database's clock plus the lease, never the caller's
         # ``now`` (a worker's clock, maybe skewed against the sweeper's host).
         cur.execute(
-            _HEARTBEAT_SQL_PG if dialect.database_clock() else _HEARTBEAT_SQL,
+            _SQL["lease_heartbeat_database_clock"]
+            if dialect.database_clock()
+            else _SQL["lease_heartbeat"],
             {
                 "expires": now + timedelta(seconds=lease_seconds()),
                 "seconds": lease_seconds(),
@@ -496,7 +502,7 @@ def lease_heartbeat(
                 "digest": lease_token_digest(lease_token),
             },
         )
-        row = cur.fetchone()
+        row = fetchone_named(cur)
     if row is None:
         rejection_record(
             operation_id=operation_id,
@@ -505,30 +511,15 @@ def lease_heartbeat(
             detail={},
         )
         raise StaleLease("the lease is not the current one", operation=operation_id)
-    cancel_requested, compensates_id, cancellation, condition, expires = row
-    expires = db_datetime(expires)
+    expires = db_datetime(row["lease_expires_at"])
     assert expires is not None
     asked = stop_asked(
-        cancel_requested=bool(cancel_requested),
-        covered=stop_covers(compensates_id),
-        cancellation=cancellation,
-        condition=condition,
+        cancel_requested=bool(row["cancel_requested"]),
+        covered=stop_covers(row["compensates_id"]),
+        cancellation=row["cancellation"],
+        condition=row["condition"],
     )
     return expires, asked
-
-
-_HEARTBEAT_SQL = f"""
-UPDATE runtime_operation SET lease_expires_at = %(expires)s
-WHERE id = %(id)s AND status = '{S.RUNNING}' AND lease_generation = %(generation)s
-  AND lease_token_digest = %(digest)s
-RETURNING cancel_requested, compensates_id,
-  (SELECT cancellation FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
-  (SELECT condition FROM runtime_task WHERE runtime_task.id = runtime_operation.task_id),
-  lease_expires_at
-"""  # noqa: S608 (constants only)
-_HEARTBEAT_SQL_PG = _HEARTBEAT_SQL.replace(
-    "%(expires)s", "statement_timestamp() + make_interval(secs => %(seconds)s)"
-)
 
 
 def lease_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:

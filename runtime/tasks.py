@@ -21,7 +21,7 @@ from runtime.budgets import (
     ledger_open_txn,
 )
 from runtime.checkers import required_checks_create_txn, required_checks_validate
-from runtime.db import db_datetime, prepared_cursor
+from runtime.db import db_datetime, fetchone_named, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthorized, NotFound, TaskRefused
 from runtime.events import event_append_txn
 from runtime.keys import (
@@ -39,6 +39,7 @@ from runtime.policy import (
     task_scope,
     task_scope_sql,
 )
+from runtime.sqlfiles import queries
 from runtime.text import name_check
 from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
@@ -238,11 +239,7 @@ def task_get(actor: Actor, task_id: str) -> Task:
 
 # What a proposal reads of its task (the rest of the row is deferred: read on first use).
 _PROPOSAL_FIELDS = ["id", "agent_id", "created_by_id", "current_attempt_id", "deadline", "budget"]
-_PROPOSAL_TASK_SQL = (
-    "SELECT t.id, t.agent_id, t.created_by_id, t.current_attempt_id, t.deadline, t.budget, "
-    "a.number FROM runtime_task t "
-    "LEFT JOIN runtime_attempt a ON a.id = t.current_attempt_id WHERE t.id = %s AND "
-)
+_SQL = queries("task_for_proposal", slots={})
 
 
 def task_for_proposal(actor: Actor, task_id: str) -> Task | None:
@@ -252,19 +249,27 @@ def task_for_proposal(actor: Actor, task_id: str) -> Task | None:
     more CPU than the query itself."""
     scope, params = task_scope_sql(actor, "t")
     with prepared_cursor() as cur:
-        cur.execute(_PROPOSAL_TASK_SQL + scope, [task_id, *params])
-        row = cur.fetchone()
+        cur.execute(_SQL["task_for_proposal"] + " " + scope, [task_id, *params])
+        row = fetchone_named(cur)
     if row is None:
         return None
-    pk, agent_id, created_by_id, attempt_id, deadline, budget, number = row
+    budget = row["budget"]
     if isinstance(budget, str):
         budget = json.loads(budget)
+    deadline = db_datetime(row["deadline"])
     task = Task.from_db(
         connection.alias,
         _PROPOSAL_FIELDS,
-        [pk, agent_id, created_by_id, attempt_id, db_datetime(deadline), budget],
+        [
+            row["id"],
+            row["agent_id"],
+            row["created_by_id"],
+            row["current_attempt_id"],
+            deadline,
+            budget,
+        ],
     )
-    task.attempt_number = number  # type: ignore[attr-defined]
+    task.attempt_number = row["attempt_number"]  # type: ignore[attr-defined]
     return task
 
 

@@ -16,16 +16,31 @@ from django.utils import timezone
 
 from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.crashpoints import crash_point
-from runtime.db import db_datetime, prepared_cursor
+from runtime.db import db_datetime, fetchone_named, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthenticated
 from runtime.models import Agent, ApiToken, AuditRecord
 from runtime.ratelimits import failure_count, token_limits
 from runtime.schedule_owners import agent_has_live_token, agent_schedules_pause_txn
+from runtime.sqlfiles import queries
 from runtime.text import name_check
 
 TOKEN_PREFIX = "ac"
 CLI = "system:cli"  # tokens issued or revoked from a shell (manage.py)
 LAST_USED_GRANULARITY = timedelta(seconds=60)
+
+# The token's read on every API request (runtime/sql/requests.sql); the user model is
+# swappable, so its table and columns are the model's.
+_USER = get_user_model()
+_SQL = queries(
+    "token_live",
+    slots={
+        "user_table": _USER._meta.db_table,
+        "user_pk_column": _USER._meta.pk.column,
+        "username_column": getattr(
+            _USER._meta.get_field(_USER.USERNAME_FIELD), "column", "username"
+        ),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -156,23 +171,21 @@ def _live_token(prefix: str) -> _Presented | None:
     """The unrevoked token with this prefix and what it acts as, in one hand-written query: it
     runs on every API request, where compiling the equivalent queryset (two joins) cost more
     CPU than running it."""
-    user = get_user_model()
-    username = getattr(user._meta.get_field(user.USERNAME_FIELD), "column", "username")
-    # Table and column names come from the models; the prefix is a bound parameter.
-    sql = (
-        f"SELECT t.id, t.digest, t.last_used_at, t.agent_id, a.name, t.user_id, u.{username}, "  # noqa: S608
-        f"u.is_active, t.minted_by FROM {ApiToken._meta.db_table} t "
-        f"LEFT JOIN {Agent._meta.db_table} a ON a.id = t.agent_id "
-        f"LEFT JOIN {user._meta.db_table} u ON u.{user._meta.pk.column} = t.user_id "
-        "WHERE t.prefix = %s AND t.revoked_at IS NULL"
-    )
     with prepared_cursor() as cur:
-        cur.execute(sql, [prefix])
-        row = cur.fetchone()
+        cur.execute(_SQL["token_live"], [prefix])
+        row = fetchone_named(cur)
     if row is None:
         return None
     return _Presented(
-        row[0], row[1], db_datetime(row[2]), row[3], row[4], row[5], row[6], bool(row[7]), row[8]
+        id=row["id"],
+        digest=row["digest"],
+        last_used_at=db_datetime(row["last_used_at"]),
+        agent_id=row["agent_id"],
+        agent_name=row["agent_name"],
+        user_id=row["user_id"],
+        username=row["username"],
+        user_active=bool(row["user_active"]),
+        minted_by=row["minted_by"],
     )
 
 

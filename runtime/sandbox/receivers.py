@@ -13,6 +13,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from runtime.db import fetchone_named
 from runtime.hashing import params_hash
 from runtime.keys import key_namespace_of
 from runtime.sandbox.models import (
@@ -23,6 +24,7 @@ from runtime.sandbox.models import (
     Reservation,
     SlowCall,
 )
+from runtime.sqlfiles import queries
 
 KEY_RETENTION = timedelta(hours=24)
 
@@ -236,14 +238,9 @@ def notify_send(*, key: str, to: str, message: str) -> Response:
 # --- slow: a call that takes time ----------------------------------------------------------
 
 
-# The slow receiver's two writes as SQL of their own: demo.slow is `make bench`'s headline tool,
-# and compiling the ORM's INSERT and UPDATE for every call took a fifth of a worker's CPU there
-# (this receiver stands for a remote service). The same rows, the same two commits.
-_SLOW_START = (
-    f'INSERT INTO {SlowCall._meta.db_table} ("key", fencing_token, deadline_remaining, '  # noqa: S608 (the model's table)
-    "started_at) VALUES (%s, %s, %s, %s) RETURNING id"
-)
-_SLOW_END = f"UPDATE {SlowCall._meta.db_table} SET finished_at = %s WHERE id = %s"  # noqa: S608
+# The slow receiver's two writes as SQL of their own (runtime/sql/sandbox.sql says why): the
+# same rows, the same two commits.
+_SQL = queries("slow_call_start", "slow_call_end", slots={})
 
 
 def slow_call(
@@ -254,11 +251,15 @@ def slow_call(
 
     at = connection.ops.adapt_datetimefield_value  # as the ORM stores a time, on each backend
     with connection.cursor() as cur:
-        cur.execute(_SLOW_START, [key, fencing_token, deadline_remaining, at(timezone.now())])
-        call_id = cur.fetchone()[0]
+        cur.execute(
+            _SQL["slow_call_start"], [key, fencing_token, deadline_remaining, at(timezone.now())]
+        )
+        row = fetchone_named(cur)
+    assert row is not None  # INSERT ... RETURNING returns its row
+    call_id = row["id"]
     time.sleep(seconds)
     with connection.cursor() as cur:
-        cur.execute(_SLOW_END, [at(timezone.now()), call_id])
+        cur.execute(_SQL["slow_call_end"], [at(timezone.now()), call_id])
     return Response(200, {"id": call_id})
 
 
@@ -267,8 +268,12 @@ def slow_wait_start(*, key: str, fencing_token: int, deadline_remaining: float |
     ``slow_call`` does, and return its id; the caller waits, then calls ``slow_wait_end``."""
     at = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cur:
-        cur.execute(_SLOW_START, [key, fencing_token, deadline_remaining, at(timezone.now())])
-        return int(cur.fetchone()[0])
+        cur.execute(
+            _SQL["slow_call_start"], [key, fencing_token, deadline_remaining, at(timezone.now())]
+        )
+        row = fetchone_named(cur)
+    assert row is not None  # INSERT ... RETURNING returns its row
+    return int(row["id"])
 
 
 def slow_calls_started(key_part: str) -> int:
@@ -281,7 +286,7 @@ def slow_wait_end(call_id: int) -> Response:
     """Record the end of a call ``slow_wait_start`` began."""
     at = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cur:
-        cur.execute(_SLOW_END, [at(timezone.now()), call_id])
+        cur.execute(_SQL["slow_call_end"], [at(timezone.now()), call_id])
     return Response(200, {"id": call_id})
 
 

@@ -1,0 +1,1 @@
+SELECT statement_timestamp() AS now

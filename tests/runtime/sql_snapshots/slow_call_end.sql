@@ -1,0 +1,1 @@
+UPDATE sandbox_slowcall SET finished_at = %s WHERE id = %s

@@ -1,0 +1,3 @@
+INSERT INTO sandbox_slowcall ("key", fencing_token, deadline_remaining, started_at)
+VALUES (%s, %s, %s, %s)
+RETURNING id
