@@ -18,9 +18,12 @@ from runtime.leases import lease_expire_sweep
 from runtime.notifications import expiry_notice_sweep, notify_dispatch
 from runtime.outbox import outbox_sweep
 from runtime.schedules import schedules_sweep
+from runtime.sqlfiles import queries
 from runtime.waits import wait_sweep
 
 log = logging.getLogger(__name__)
+
+_SQL = queries("embedded_broker_purge", slots={})
 
 
 _last_reconcile: list[datetime] = []
@@ -64,7 +67,7 @@ def embedded_broker_purge() -> int:
 
         engine = create_engine(url[len("sqla+") :])
         with engine.begin() as conn:
-            result = conn.execute(text("DELETE FROM kombu_message WHERE visible = 0"))
+            result = conn.execute(text(_SQL["embedded_broker_purge"]))
         engine.dispose()
         return int(result.rowcount or 0)
     except Exception:

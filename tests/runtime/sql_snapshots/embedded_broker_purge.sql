@@ -1,0 +1,1 @@
+DELETE FROM kombu_message WHERE visible = 0
