@@ -62,12 +62,12 @@ def test_short_seeds_hold_every_invariant_and_replay_exactly(seed):
 PLANTS = [
     ("stale-accept", 1, 53),
     ("stop-unlocked", 8, 57),
-    ("release-expired", 16, 125),
+    ("release-expired", 2, 45),
     ("confirmed-widened", 6, 100),
     ("meter-dropped", 3, 60),
     ("settle-keeps-hold", 12, 10),
     ("lookup-skipped", 14, 24),
-    ("child-unbooked", 10, 128),
+    ("child-unbooked", 3, 121),
     ("saga-skips", 14, 41),
 ]
 
