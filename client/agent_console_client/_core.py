@@ -203,19 +203,11 @@ def auth_headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
 
 
-def _seconds_until(iso: str) -> float:
-    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return (when - datetime.now(UTC)).total_seconds()
-
-
 def heartbeat_interval(grant: LeaseGrant, given: float | None) -> float:
     """About a third of the lease (as granted), so two heartbeats can fail before it lapses."""
     if given is not None:
         return given
-    try:
-        lease = _seconds_until(grant.lease_expires_at)
-    except ValueError:
-        lease = 30.0
+    lease = (grant.lease_expires_at - datetime.now(UTC)).total_seconds()
     return max(0.2, lease / 3)
 
 
