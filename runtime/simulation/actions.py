@@ -388,6 +388,18 @@ class World(WorldCore):
         return f"task {self.tasks[-1][-6:]}"
 
     def do_child(self, step: Step) -> str:
+        """A child task of a budgeted parent is created, or (half the time, when one is live) a
+        live child ends, mostly one that has spent: its spending settles into the parent's
+        ledger, the moment the parent's budget depends on."""
+        children = [t for t in self._live() if t in self.facts.parent]
+        if step.b % 2 and children:
+            succeeded = self._ops().filter(task_id__in=children, status=S.SUCCEEDED)
+            spent = set(succeeded.values_list("task_id", flat=True))
+            child = self._pick([t for t in children if t in spent] or children, step.a)
+            assert child is not None
+            if (step.b // 2) % 2:
+                return "child " + self._complete(child, "end_unresolved")
+            return "child " + self._stop("fail", step.b // 4, child)
         if not self._room():
             return "enough tasks"
         budgeted = [t for t in self._live() if self.facts.budgets.get(t)]
