@@ -309,6 +309,32 @@ def scenario_failed_with_a_call_in_flight() -> None:
     assert Task.objects.get(pk=task.pk).condition == "terminal"
 
 
+def scenario_unresolved_sent_again() -> None:
+    """A charge whose one attempt's outcome was lost waits for a person, who has it sent again
+    under the same key (the receiver dedupes): back to pending (the seeds reach it only on
+    some schedules)."""
+    owner, support = factories.agent(), factories.console_user("support")
+    task = factories.task(owner)
+    op = factories.operation(
+        owner,
+        task,
+        tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 300},
+        max_attempts=1,
+    )
+    _report(_claim(op), Report(outcome="unknown", message="lost"))
+    op = _fresh(op)
+    assert op.status == "unresolved", op.status
+    again = operation_resolve(
+        support.actor,
+        op.pk,
+        resolution="retry_same_key",
+        evidence="the receiver dedupes by key",
+        state_version=op.state_version,
+    )
+    assert again.status == "pending", again.status
+
+
 SCENARIOS: tuple[Callable[[], None], ...] = (
     scenario_approver_loses_the_right,
     scenario_approvals_released_and_run_out,
@@ -319,6 +345,7 @@ SCENARIOS: tuple[Callable[[], None], ...] = (
     scenario_a_saga_with_a_person,
     scenario_past_the_deadline,
     scenario_failed_with_a_call_in_flight,
+    scenario_unresolved_sent_again,
 )
 
 
