@@ -60,13 +60,13 @@ def condition_case_sql(delta: str = "%(d_{})s") -> str:
     """The SQL CASE deriving a task's condition from its counters plus this statement's deltas,
     rendered from ``transitions.CONDITION_RULES`` (the rule's one statement). ``delta`` names
     where a counter's delta comes from: a bound parameter, or a column of a batch's deltas."""
-    whens = " ".join(
-        f"WHEN ops_{COUNTERS[group]} + {delta.format(COUNTERS[group])} > 0 THEN '{condition}'"
+    whens = "".join(
+        f"\n  WHEN ops_{COUNTERS[group]} + {delta.format(COUNTERS[group])} > 0 THEN '{condition}'"
         for condition, group in CONDITION_RULES
     )
     return (
-        f"CASE WHEN condition = '{C.TERMINAL}' THEN '{C.TERMINAL}' {whens} "
-        f"ELSE '{CONDITION_DEFAULT}' END"
+        f"CASE WHEN condition = '{C.TERMINAL}' THEN '{C.TERMINAL}'{whens}"
+        f"\n  ELSE '{CONDITION_DEFAULT}' END"
     )
 
 

@@ -16,9 +16,17 @@ WITH c AS (
     ops_active = ops_active + d.d_active,
     ops_claimable = ops_claimable + d.d_claimable,
     ops_blocked = ops_blocked + d.d_blocked,
-    state_version = state_version + CASE WHEN condition <> CASE WHEN condition = 'terminal' THEN 'terminal' WHEN ops_active + d.d_active > 0 THEN 'running' WHEN ops_claimable + d.d_claimable > 0 THEN 'runnable' WHEN ops_blocked + d.d_blocked > 0 THEN 'waiting' ELSE 'runnable' END
+    state_version = state_version + CASE WHEN condition <> CASE WHEN condition = 'terminal' THEN 'terminal'
+      WHEN ops_active + d.d_active > 0 THEN 'running'
+      WHEN ops_claimable + d.d_claimable > 0 THEN 'runnable'
+      WHEN ops_blocked + d.d_blocked > 0 THEN 'waiting'
+      ELSE 'runnable' END
       THEN 1 ELSE 0 END,
-    condition = CASE WHEN condition = 'terminal' THEN 'terminal' WHEN ops_active + d.d_active > 0 THEN 'running' WHEN ops_claimable + d.d_claimable > 0 THEN 'runnable' WHEN ops_blocked + d.d_blocked > 0 THEN 'waiting' ELSE 'runnable' END,
+    condition = CASE WHEN condition = 'terminal' THEN 'terminal'
+      WHEN ops_active + d.d_active > 0 THEN 'running'
+      WHEN ops_claimable + d.d_claimable > 0 THEN 'runnable'
+      WHEN ops_blocked + d.d_blocked > 0 THEN 'waiting'
+      ELSE 'runnable' END,
     updated_at = %(now)s
   FROM d WHERE runtime_task.id = d.task_id
   RETURNING runtime_task.id, runtime_task.event_seq, runtime_task.condition,
