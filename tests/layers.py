@@ -7,7 +7,8 @@
 - ``runtime`` never imports ``console``: the domain knows nothing of HTTP.
 - ``runtime.worker`` (the Celery tasks) is the top of the runtime: nothing imports it; work is
   published by task name (``runtime.publish``).
-- The bottom layer (models, the transition tables, errors, ids, keys, hashing, text rules)
+- The bottom layer (models, the transition tables, errors, ids, keys, hashing, text rules,
+  the SQL files' loader)
   imports nothing of the runtime above it.
 
 Prints each breach and exits 1 when there is one."""
@@ -31,6 +32,7 @@ BOTTOM = (
     "runtime.hashing",
     "runtime.text",
     "runtime.crashpoints",
+    "runtime.sqlfiles",
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,11 @@ def test_an_unknown_slot_a_cycle_and_a_name_used_twice_are_refused():
         sqlfiles.parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
     with pytest.raises(ValueError, match="no SQL"):
         sqlfiles.parse("-- name: a\n-- only a comment\n")
+
+
+def test_the_sql_files_ship_with_the_package():
+    """The runtime reads its SQL files at import: an installed copy without them cannot start."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shipped = config["tool"]["setuptools"]["package-data"]["runtime"]
+    files = {p.relative_to(ROOT / "runtime") for p in sqlfiles.SQL_DIR.glob("*.sql")}
+    assert files and all(any(f.match(pattern) for pattern in shipped) for f in files)
