@@ -15,7 +15,8 @@ status sets, the stop rule's predicate, the admission refusals; a callable takes
 arguments), or another block, included with its own slots filled. Single braces are SQL's own
 (``'{}'::jsonb``) and ``%(name)s`` stays a bound parameter: nothing but ``{{...}}`` is
 template, so the file reads as the SQL it sends. An included text keeps the indentation of
-the line the slot is on. Unknown slots, duplicate names and include cycles fail at import.
+the line the slot is on; an argument may run over several lines, indented from that line.
+Unknown slots, duplicate names and include cycles fail at import.
 
 A module loads its statements once, at import (``queries``), with the values of its rule
 tables; every text rendered is recorded (``RENDERED``), which the snapshot test compares with
@@ -108,7 +109,11 @@ def _fill(
     included: set[str] | None,
 ) -> str:
     def one(match: re.Match[str]) -> str:
-        slot, args = match.group(1), dict(_ARG.findall(match.group(2)))
+        line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        indent = line[: len(line) - len(line.lstrip())]
+        # An argument written over several lines is indented from its slot's line.
+        args = {k: v.replace("\n" + indent, "\n") for k, v in _ARG.findall(match.group(2))}
+        slot = match.group(1)
         value = scope.get(slot)
         if callable(value):
             out = value(**args)
@@ -123,8 +128,6 @@ def _fill(
             out = _fill(slot, blocks[slot].body, inner, blocks, (*stack, slot), included)
         else:
             raise KeyError(f"block {name}: no value for {match.group(0)}")
-        line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
-        indent = line[: len(line) - len(line.lstrip())]
         return out.replace("\n", "\n" + indent)
 
     return _SLOT.sub(one, text)

@@ -95,7 +95,8 @@ WITH c AS (
   FROM c WHERE i.operation_id = ANY(%(ids)b::varchar[])
     AND i.operation_id = c.id AND i.lease_generation = c.generation
 ), announce AS (
-  {{outbox_announce operation="c.id" available_at="c.announce_at" rows="c WHERE c.announce_at IS NOT NULL"}}
+  {{outbox_announce operation="c.id" available_at="c.announce_at"
+    rows="c WHERE c.announce_at IS NOT NULL"}}
   RETURNING id, operation_id, available_at
 )
 SELECT 'task' AS kind, id AS key, event_seq::bigint AS number, NULL::timestamptz AS available_at

@@ -66,7 +66,9 @@ WITH prev AS (
 ), task AS (
   {{task_touch task_id="(SELECT task_id FROM op)"}}
 ), ev AS (
-  {{journal_event data="%(event_data)s::jsonb || jsonb_build_object('from', op.from_status, 'lease_generation', op.lease_generation, 'attempt', op.attempts_used)"}}
+  {{journal_event data="%(event_data)s::jsonb || jsonb_build_object(
+    'from', op.from_status, 'lease_generation', op.lease_generation,
+    'attempt', op.attempts_used)"}}
 ), inv AS (
   {{invocation_start rows="op" number="attempts_used"}}
 ), spent AS (
@@ -119,7 +121,9 @@ WITH c AS (
 ), task AS (
   {{batch_task_touch}}
 ), ev AS (
-  {{batch_journal_events type="'operation.claimed'" data="%(event_data)s::jsonb || jsonb_build_object('from', c.from_status, 'lease_generation', c.lease_generation, 'attempt', c.attempt)"}}
+  {{batch_journal_events type="'operation.claimed'" data="%(event_data)s::jsonb
+    || jsonb_build_object('from', c.from_status, 'lease_generation', c.lease_generation,
+      'attempt', c.attempt)"}}
 ), inv AS (
   {{invocation_start rows="c" number="attempt"}}
 ), spent AS (

@@ -82,7 +82,8 @@ def test_slots_fill_from_values_arguments_and_fragments_keeping_the_indentation(
     blocks = sqlfiles.parse(
         "-- file comment\n"
         "-- name: frag\n-- a fragment\nSELECT {{what}}\nFROM {{rows}}\n\n"
-        '-- name: stmt\nWITH x AS (\n  {{frag rows="op WHERE %(go)s"}}\n)\n'
+        # An argument over two lines is indented from its slot's line.
+        '-- name: stmt\nWITH x AS (\n  {{frag rows="op\n  WHERE %(go)s"}}\n)\n'
         "SELECT '{}'::jsonb, {{alias_of name=\"t\"}} FROM x\n"
     )
     assert blocks["frag"].description == "a fragment"
@@ -90,7 +91,7 @@ def test_slots_fill_from_values_arguments_and_fragments_keeping_the_indentation(
     slots: dict[str, sqlfiles.Slot] = {"what": "1", "alias_of": lambda name: f"{name}.id"}
     text = sqlfiles.render("stmt", slots, blocks, included)
     assert text == (
-        "WITH x AS (\n  SELECT 1\n  FROM op WHERE %(go)s\n)\nSELECT '{}'::jsonb, t.id FROM x"
+        "WITH x AS (\n  SELECT 1\n  FROM op\n  WHERE %(go)s\n)\nSELECT '{}'::jsonb, t.id FROM x"
     )
     assert included == {"frag"}
 

@@ -32,7 +32,9 @@ WITH c AS (
   SELECT task.id,
     task.event_seq - task.n + row_number() OVER (PARTITION BY c.task_id ORDER BY c.id),
     'operation.claimed', %(now)s, c.state_version, c.id, %(actor)s,
-    %(event_data)s::jsonb || jsonb_build_object('from', c.from_status, 'lease_generation', c.lease_generation, 'attempt', c.attempt) || jsonb_build_object(
+    %(event_data)s::jsonb
+      || jsonb_build_object('from', c.from_status, 'lease_generation', c.lease_generation,
+        'attempt', c.attempt) || jsonb_build_object(
       'task_condition', task.condition, 'task_state_version', task.state_version)
   FROM c JOIN task ON task.id = c.task_id
 ), inv AS (

@@ -66,7 +66,9 @@ WITH prev AS (
 ), ev AS (
   INSERT INTO runtime_event (task_id, seq, type, at, state_version, operation_id, actor, data)
   SELECT task.id, task.event_seq, %(event_type)s, %(now)s, op.state_version, op.id, %(actor)s,
-    %(event_data)s::jsonb || jsonb_build_object('from', op.from_status, 'lease_generation', op.lease_generation, 'attempt', op.attempts_used) || jsonb_build_object(
+    %(event_data)s::jsonb || jsonb_build_object(
+      'from', op.from_status, 'lease_generation', op.lease_generation,
+      'attempt', op.attempts_used) || jsonb_build_object(
       'task_condition', task.condition, 'task_state_version', task.state_version)
   FROM op, task
 ), inv AS (
