@@ -11,24 +11,34 @@ agent's tools do.
   ``DeferredToolResults``: ``ToolApproved()`` (never ``override_args``: an operator's edit goes
   through ``/approvals/{id}/edit`` and the console runs the edited proposal; the tool's result is
   what the console accepted) or ``ToolDenied`` with the operator's reason.
-- ``ConsoleModel`` wraps a model: every model request is an agent-executed operation of the task
-  (the console's built-in ``model.call``, offered in every deployment), proposed with an
-  estimate of ``model_tokens`` (refused with BudgetExhausted when the budget cannot cover it),
-  claimed, and completed with the tokens the model reported, so the run's usage is posted to the
-  task's budget.
+- ``ConsoleModel`` wraps a model (Pydantic AI's ``WrapperModel``, as its Temporal and DBOS
+  integrations do): every model request, streamed or not, is a turn of a durable run, an
+  agent-executed operation of the console's built-in ``model.call`` under the step
+  ``run:<run_key>:turn:<n>``, proposed with an estimate of ``model_tokens`` (refused with
+  BudgetExhausted when the budget cannot cover it), claimed, and completed with the tokens the
+  model reported and the response itself. A restarted agent on the same task replays each
+  recorded response instead of asking the model again, so its tool calls keep their ids, the
+  toolset proposes the same operations, and no effect happens twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.models import (
+    CompletedStreamedResponse,
+    Model,
+    ModelRequestParameters,
+    StreamedResponse,
+)
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.settings import ModelSettings
@@ -42,7 +52,8 @@ from pydantic_ai.tools import (
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from agent_console_client._async import AsyncClient
+from agent_console_client._async import AsyncClient, AsyncLease
+from agent_console_client.errors import NotClaimable, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
 # The operation waits for a person (an approval) in this status; any other means decided.
@@ -50,6 +61,8 @@ WAITING_APPROVAL = "waiting_approval"
 DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
 # Where a tool call's wait ends: done, or handed to support staff.
 SETTLED = TERMINAL_STATUSES | {"unresolved", "manual_intervention"}
+# An agent-run operation it may claim (a retry once it is due).
+CLAIMABLE = frozenset({"pending", "retry_scheduled"})
 
 
 def _step(tool_call_id: str | None) -> str:
@@ -92,7 +105,14 @@ class ConsoleToolset(WrapperToolset[Any]):
             op = await self.client.propose(
                 self.task_id, console_tool, tool_args, step=_step(ctx.tool_call_id)
             )
-        if op.status == WAITING_APPROVAL:
+        decided_against = (
+            op.approval is not None
+            and op.approval.status not in ("approved", "released")
+            and op.status != "succeeded"
+        )
+        if op.status == WAITING_APPROVAL or (decided_against and not ctx.tool_call_approved):
+            # (A restarted run meets an approval already denied here: decisions_for turns it
+            # into the same ToolDenied, with the operator's reason, the first run gave.)
             raise ApprovalRequired(
                 metadata={
                     "operation": op.id,
@@ -157,9 +177,45 @@ async def run_with_console(
     raise RuntimeError(f"the run still waited for approvals after {max_rounds} rounds")
 
 
+class ModelCallEnded(RuntimeError):
+    """The console ended a turn's model call without a recorded response (failed, cancelled,
+    expired, or handed to a person): the run cannot go on from it."""
+
+
+def _recorded(response: ModelResponse) -> dict[str, Any]:
+    """A model call's result as the console keeps it: the usage, and the response itself (as
+    Pydantic AI's message adapter dumps it) for a restarted run to replay."""
+    usage = response.usage
+    return {
+        "model": response.model_name,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
+    }
+
+
+def _replayed(op: Operation) -> ModelResponse:
+    result = op.result if isinstance(op.result, dict) else {}
+    if "response" not in result:
+        raise ModelCallEnded(f"model call {op.id} ({op.step}) succeeded with no recorded response")
+    (message,) = ModelMessagesTypeAdapter.validate_python([result["response"]])
+    if not isinstance(message, ModelResponse):
+        raise ModelCallEnded(f"model call {op.id} ({op.step}) recorded a {message.kind}")
+    return message
+
+
 class ConsoleModel(WrapperModel):
-    """A model whose every request is an operation of the task: proposed with an estimate of
-    ``model_tokens``, claimed, and completed with the tokens used (or a failure)."""
+    """A model whose every request is a turn of a durable run: an agent-executed operation of
+    the console's ``model.call`` under the step ``run:<run_key>:turn:<n>`` (n counts this
+    model's requests, from 1), proposed with an estimate of ``model_tokens``, claimed, and
+    completed with the tokens used and the response itself.
+
+    A turn the console already holds a response for is not asked again: the recorded response
+    is replayed, with its tool calls' ids, so the tools' operations (steps named after those
+    ids) are the same ones and a restarted agent repeats no effect. Give the same ``run_key``
+    to the run that restarts (one ConsoleModel per run of the task); a turn whose earlier
+    claimant died is claimed again once its lease lapses. Streamed requests (``run_stream``,
+    ``iter``) are turns too: the live stream is passed through and recorded when it ends."""
 
     def __init__(
         self,
@@ -169,7 +225,8 @@ class ConsoleModel(WrapperModel):
         task_id: str,
         estimate_tokens: int = 1000,
         tool: str = "model.call",
-        run_key: str | None = None,
+        run_key: str = "main",
+        poll_seconds: float = 0.5,
     ) -> None:
         super().__init__(wrapped)
         self.client = client
@@ -178,8 +235,54 @@ class ConsoleModel(WrapperModel):
         # The console's model-call tool (agent-run, present with the demo tools off); another
         # agent-run tool may be named instead (a declared one), taking the same params.
         self.console_tool = tool
-        self.run_key = run_key or uuid.uuid4().hex[:12]
-        self.calls = 0
+        self.run_key = run_key
+        self.poll_seconds = poll_seconds
+        self.turns = 0
+        self.replayed = 0
+
+    def step(self, turn: int) -> str:
+        return f"run:{self.run_key}:turn:{turn}"
+
+    async def _turn(self) -> Operation:
+        """This request's turn: its operation (the same one for the same run, turn and model)."""
+        self.turns += 1
+        return await self.client.propose(
+            self.task_id,
+            self.console_tool,
+            {"model": self.wrapped.model_name, "call": self.turns},
+            step=self.step(self.turns),
+            executor="agent",
+            estimate={"model_tokens": self.estimate_tokens},
+        )
+
+    async def _hold(self, op: Operation, stack: AsyncExitStack) -> AsyncLease | ModelResponse:
+        """A lease on the turn's operation (entered on ``stack``), or its recorded response. A
+        turn whose last claimant died stays ``running`` until its lease lapses and the sweeper
+        makes it claimable again: that wait is polled, as is a retry not due yet."""
+        while True:
+            if op.status == "succeeded":
+                self.replayed += 1
+                return _replayed(op)
+            if op.status in CLAIMABLE:
+                try:
+                    lease: AsyncLease = await stack.enter_async_context(self.client.claim(op.id))
+                except NotClaimable:
+                    pass  # another claimant won, or the retry is not due yet
+                else:
+                    return lease
+            elif op.status != "running":
+                raise ModelCallEnded(
+                    f"model call {op.id} ({op.step}) is {op.status}: {op.status_reason}"
+                )
+            await asyncio.sleep(self.poll_seconds)
+            op = await self.client.get_operation(op.id)
+
+    async def _complete(self, lease: AsyncLease, response: ModelResponse) -> None:
+        usage = response.usage
+        await lease.complete(
+            result=_recorded(response),
+            usage={"model_tokens": usage.input_tokens + usage.output_tokens},
+        )
 
     async def request(
         self,
@@ -187,29 +290,51 @@ class ConsoleModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        self.calls += 1
-        op = await self.client.propose(
-            self.task_id,
-            self.console_tool,
-            {"model": self.wrapped.model_name, "call": self.calls},
-            step=f"model-{self.run_key}-{self.calls}",
-            executor="agent",
-            estimate={"model_tokens": self.estimate_tokens},
-        )
-        async with self.client.claim(op.id) as lease:
-            response = await self.wrapped.request(
-                messages, model_settings, model_request_parameters
-            )
-            usage = response.usage
-            await lease.complete(
-                result={
-                    "model": response.model_name,
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                },
-                usage={"model_tokens": usage.input_tokens + usage.output_tokens},
-            )
-        return response
+        op = await self._turn()
+        while True:
+            async with AsyncExitStack() as stack:
+                held = await self._hold(op, stack)
+                if isinstance(held, ModelResponse):
+                    return held
+                response = await self.wrapped.request(
+                    messages, model_settings, model_request_parameters
+                )
+                try:
+                    await self._complete(held, response)
+                except StaleLease:
+                    # Taken over while the model answered: this answer is not the recorded
+                    # one, so the run does not act on it; the turn is claimed or replayed again.
+                    pass
+                else:
+                    return response
+            op = await self.client.get_operation(op.id)
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        op = await self._turn()
+        async with AsyncExitStack() as stack:
+            held = await self._hold(op, stack)
+            if isinstance(held, ModelResponse):
+                # Replayed as stream events, so a streaming consumer sees the recorded answer.
+                yield CompletedStreamedResponse(
+                    held, model_request_parameters=model_request_parameters, replay_events=True
+                )
+                return
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as streamed:
+                yield streamed
+                async for _ in streamed:
+                    pass  # what the caller left unread: the recorded response is the whole one
+            # A lease lost meanwhile raises StaleLease here, before the run acts on the
+            # response's tool calls: unrecorded, they must not run (a restart asks again).
+            await self._complete(held, streamed.get())
 
 
 def console_toolset(
@@ -229,6 +354,7 @@ def console_toolset(
 __all__: Sequence[str] = [
     "ConsoleModel",
     "ConsoleToolset",
+    "ModelCallEnded",
     "console_toolset",
     "decisions_for",
     "run_with_console",

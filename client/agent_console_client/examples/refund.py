@@ -8,6 +8,11 @@ sandbox's ``demo.payments.charge`` (a payout to the customer's account), which n
 above 10000 cents, so the run waits until a person approves or denies it on /approvals/ (or
 over the API). Each model call is an operation too, with its tokens posted to the task's budget.
 Prints the outcome and exits 0 once decided; 1 on an error.
+
+With ``--task-key KEY`` the run is durable: the task is got or created under KEY, so the same
+command started again after the agent died (killed at any point) finds the same task, replays the
+model's recorded answers, and waits for the same refund instead of making a second one.
+``--model-delay`` makes each model answer take that many seconds, as a hosted model's would.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ def issue_refund(account: str, amount_cents: int) -> dict[str, Any]:
     raise RuntimeError("runs in the console, never here")  # ConsoleToolset proposes it
 
 
-def refund_script(account: str, amount_cents: int) -> FunctionModel:
+def refund_script(account: str, amount_cents: int, delay: float = 0.0) -> FunctionModel:
     """The model's side: ask for the refund, then say what the tool answered."""
 
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(delay)
         for message in reversed(messages):
             if not isinstance(message, ModelRequest):
                 continue
@@ -61,20 +67,28 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds to wait for a person"
     )
+    parser.add_argument("--task-key", help="get or create the task under this key (durable run)")
+    parser.add_argument("--model-delay", type=float, default=0.0, help="seconds per model answer")
     args = parser.parse_args(argv)
 
     async with AsyncClient(base_url=args.base_url, token=args.token) as console:
         try:
-            task = await console.create_task(
-                "refund a customer",
-                {"account": args.account, "amount_cents": args.amount_cents},
-                budget={"model_tokens": 100_000},
-            )
+            input = {"account": args.account, "amount_cents": args.amount_cents}
+            budget = {"model_tokens": 100_000.0}
+            if args.task_key:
+                task = await console.get_or_create_task(
+                    args.task_key, "refund a customer", input, budget=budget
+                )
+            else:
+                task = await console.create_task("refund a customer", input, budget=budget)
             print(f"task {task.id}", flush=True)
             tools = FunctionToolset([issue_refund])
             agent = Agent(
                 ConsoleModel(
-                    refund_script(args.account, args.amount_cents), client=console, task_id=task.id
+                    refund_script(args.account, args.amount_cents, args.model_delay),
+                    client=console,
+                    task_id=task.id,
+                    run_key="refund",
                 ),
                 toolsets=[
                     ConsoleToolset(
@@ -103,11 +117,11 @@ async def main(argv: list[str] | None = None) -> int:
                 decision_timeout=args.timeout,
                 on_approval=waiting,
             )
-            budget = await console.get_budget(task.id)
+            spent = await console.get_budget(task.id)
         except ConsoleError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-    tokens = budget.meters.get("model_tokens")
+    tokens = spent.meters.get("model_tokens")
     print(f"model_tokens posted: {tokens.posted if tokens else 0}")
     print(f"outcome: {result.output}")
     print("RESULT " + json.dumps({"task": task.id, "output": str(result.output)}))

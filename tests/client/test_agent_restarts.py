@@ -1,0 +1,130 @@
+"""Issue 38: an agent killed at any point and started again on the same task makes each effect
+once. Each adapter's example agent runs as a real process against the real web server (2-second
+leases), a worker and the sweeper; it is killed with SIGKILL at a random moment and at chosen
+points (while its model answers, while it waits for a person, after the effect), restarted with
+the same arguments (the task found again by its key), and the demo receiver's records are read
+at the end: one charge."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+from agent_console_client import Client
+
+from runtime.models import Operation, Task
+from runtime.sandbox.models import Charge
+from tests import factories
+from tests.client.agent_process import AgentProcess
+from tests.conftest import Server, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.workers]
+
+WAITING = r"waiting for a person to decide approval (\S+) \(operation (\S+)\)"
+
+
+@pytest.fixture
+def stack(short_lease_server: Server, workers) -> Server:
+    """The server (2-second leases), one worker for the charges, and the sweeper every second
+    (it returns a dead agent's lapsed lease to the pending work a restart claims)."""
+    workers.start(count=1, concurrency=1)
+    workers.start_beat(SWEEP_SECONDS=1)
+    return short_lease_server
+
+
+@pytest.fixture
+def runs() -> Iterator[list[AgentProcess]]:
+    started: list[AgentProcess] = []
+    yield started
+    for run in started:
+        run.kill()
+
+
+def _turn(key: str, run_key: str, n: int) -> Operation | None:
+    return Operation.objects.filter(
+        task__external_id=key, tool="model.call", step=f"run:{run_key}:turn:{n}"
+    ).first()
+
+
+def _asked(key: str, run_key: str, n: int, after_generation: int) -> bool:
+    """Whether turn ``n`` is being asked of the model now by a run that claimed it after
+    ``after_generation``."""
+    op = _turn(key, run_key, n)
+    return op is not None and op.status == "running" and op.lease_generation > after_generation
+
+
+def _generation(key: str, run_key: str, n: int) -> int:
+    op = _turn(key, run_key, n)
+    return op.lease_generation if op else 0
+
+
+def _approve(server: Server, approval_id: str) -> None:
+    operator = factories.console_user("operator")
+    with Client(base_url=server.url, token=operator.token) as console:
+        approval = console.get_approval(approval_id)
+        console.decide(approval_id, "approve", params_hash=approval.params_hash)
+
+
+def _assert_one_charge(key: str, amount: int) -> None:
+    task = Task.objects.get(external_id=key)
+    charges = Operation.objects.filter(task=task, tool="demo.payments.charge")
+    assert [op.status for op in charges] == ["succeeded"]
+    # The receiver's own records: one payout, whatever the agent's restarts did.
+    assert list(Charge.objects.values_list("key", "amount_cents")) == [
+        (charges[0].idempotency_key, amount)
+    ]
+
+
+def test_a_pydantic_ai_agent_killed_anywhere_and_restarted_refunds_once(
+    stack: Server, runs: list[AgentProcess]
+) -> None:
+    agent = factories.agent()
+    key, amount = "refund-restarts", 25000
+    args = [
+        "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
+        "--task-key", key, "--model-delay", "0.8", "--timeout", "60",
+    ]  # fmt: skip
+
+    def start() -> AgentProcess:
+        runs.append(AgentProcess("refund", args))
+        return runs[-1]
+
+    # A random moment of its start: before the task exists, or in its first steps.
+    seed = random.randrange(10**6)
+    run = start()
+    time.sleep(random.Random(seed).uniform(0.0, 1.5))  # the kill point itself, not a wait
+    run.kill()
+
+    # While the model answers the first turn (its lease then lapses; the next run claims it).
+    before = _generation(key, "refund", 1)
+    run = start()
+    wait_for(lambda: _asked(key, "refund", 1, before), what=f"turn 1 (seed {seed}):\n{run.text}")
+    run.kill()
+
+    # While it waits for a person to approve the refund the first turn asked for.
+    run = start()
+    approval_id, op_id = run.wait_line(WAITING).groups()
+    run.kill()
+
+    # Restarted, it waits for the same refund (the first turn replayed, its call's id kept);
+    # approved, the charge runs, and the agent is killed while the model answers turn 2.
+    run = start()
+    assert run.wait_line(WAITING).groups() == (approval_id, op_id), run.text
+    _approve(stack, approval_id)
+    wait_for(lambda: _asked(key, "refund", 2, 0), what=f"turn 2 (seed {seed}):\n{run.text}")
+    run.kill()
+
+    # The last run replays the first turn and the charge's result, and finishes.
+    run = start()
+    assert run.finish() == 0, run.text
+    assert "refund success" in run.text, run.text
+
+    _assert_one_charge(key, amount)
+    turns = Operation.objects.filter(task__external_id=key, tool="model.call")
+    assert sorted(op.step for op in turns) == ["run:refund:turn:1", "run:refund:turn:2"]
+    assert all(op.status == "succeeded" for op in turns)
+    # Each turn interrupted mid-answer was asked again by a restarted run, never replaced.
+    assert all(op.attempts_used >= 2 for op in turns), [(op.step, op.attempts_used) for op in turns]
+    assert Task.objects.filter(external_id=key).count() == 1
