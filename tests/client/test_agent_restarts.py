@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from agent_console_client import Client
@@ -128,3 +129,48 @@ def test_a_pydantic_ai_agent_killed_anywhere_and_restarted_refunds_once(
     # Each turn interrupted mid-answer was asked again by a restarted run, never replaced.
     assert all(op.attempts_used >= 2 for op in turns), [(op.step, op.attempts_used) for op in turns]
     assert Task.objects.filter(external_id=key).count() == 1
+
+
+def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
+    stack: Server, runs: list[AgentProcess], tmp_path: Path
+) -> None:
+    agent = factories.agent()
+    thread, amount = "refund-restarts", 25000
+    args = [
+        "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
+        "--thread", thread, "--checkpoints", str(tmp_path / "checkpoints.sqlite"),
+        "--model-delay", "0.8", "--timeout", "60",
+    ]  # fmt: skip
+
+    def start() -> AgentProcess:
+        runs.append(AgentProcess("langgraph_refund", args))
+        return runs[-1]
+
+    seed = random.randrange(10**6)
+    run = start()
+    time.sleep(random.Random(seed).uniform(0.0, 1.5))  # the kill point itself, not a wait
+    run.kill()
+
+    # While the model answers (its first answer, unless the first run got past it).
+    run = start()
+    run.wait_line(rf"model asked with 1 messages|{WAITING}")
+    run.kill()
+
+    # While it waits for a person to approve the refund.
+    run = start()
+    approval_id, op_id = run.wait_line(WAITING).groups()
+    run.kill()
+
+    # Restarted from its checkpoint, it waits for the same refund (the same call id); approved,
+    # the charge runs, and the agent is killed while the model reads the result.
+    run = start()
+    assert run.wait_line(WAITING).groups() == (approval_id, op_id), f"seed {seed}:\n{run.text}"
+    _approve(stack, approval_id)
+    run.wait_line(r"model asked with 3 messages")
+    run.kill()
+
+    run = start()
+    assert run.finish() == 0, run.text
+    assert "refund success" in run.text, run.text
+    _assert_one_charge(f"langgraph:{thread}", amount)
+    assert Task.objects.filter(external_id=f"langgraph:{thread}").count() == 1

@@ -1,0 +1,226 @@
+"""LangGraph adapter (``pip install ./client[langgraph]``): the console decides what a graph's
+tool calls do, and a person's approval is a LangGraph ``interrupt`` the console's decision resumes.
+
+- One console task per ``thread_id``: ``ConsoleThreads.task(thread_id)`` gets or creates it under
+  the external id ``langgraph:<thread_id>`` (a restarted process finds the same task).
+- ``ConsoleThreads.tool_node(tools)`` is a graph node (in place of LangGraph's ``ToolNode``): it
+  proposes each tool call of the last AI message whose tool is mapped as an operation of the
+  thread's task (its step is the call's ``id``, so a call the graph runs again is the same
+  operation) and answers a ``ToolMessage`` with the result the console accepted, or the failure
+  or the operator's denial. While the console holds calls for a person's approval, the node calls
+  ``interrupt`` with their approvals (``{"console_approvals": [...]}``).
+- ``ConsoleThreads.run(graph, input, thread_id)`` runs the thread to its end: at each console
+  interrupt it waits (on the task's events) for the decisions, then resumes with
+  ``Command(resume=...)``; the node, run again, asks the console what became of each call.
+
+Durability is LangGraph's own: compile the graph with a persistent checkpointer (the example
+uses ``langgraph-checkpoint-sqlite``). ``run`` writes each checkpoint before the next step starts
+(``durability="sync"``), starts the thread from ``input`` only when it has no checkpoint, and
+otherwise continues it where it stopped; the AI message whose calls the tool node proposed is in
+a checkpoint before any is proposed, so a restarted process proposes the same ids again and the
+console gives back the same operations: no effect happens twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.pregel import Pregel
+from langgraph.types import Command, interrupt
+
+from agent_console_client._async import AsyncClient
+from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
+
+WAITING_APPROVAL = "waiting_approval"
+DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
+# Where a tool call's wait ends: done, or handed to support staff.
+SETTLED = TERMINAL_STATUSES | {"unresolved", "manual_intervention"}
+INTERRUPT_KEY = "console_approvals"
+
+
+def thread_key(thread_id: str) -> str:
+    """The console task's external id for a LangGraph thread."""
+    return f"langgraph:{thread_id}"
+
+
+def _step(call_id: str) -> str:
+    # The console's steps are names; a provider's call id may carry other characters.
+    return "call-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:180]
+
+
+def _content(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _answer(op: Operation, call_id: str) -> ToolMessage:
+    """The console's last word on a call, as the model reads it."""
+    approval = op.approval
+    if op.status == "succeeded":
+        return ToolMessage(_content(op.result), tool_call_id=call_id)
+    if approval is not None and approval.status not in ("approved", "released", "pending"):
+        who = approval.decided_by or "the console"
+        reason = approval.reason or op.status
+        return ToolMessage(f"Denied by {who}: {reason}", tool_call_id=call_id, status="error")
+    detail = op.error.get("message") if isinstance(op.error, dict) else op.error
+    return ToolMessage(
+        f"the console's operation {op.id} ended {op.status}: {detail or 'no result'}",
+        tool_call_id=call_id,
+        status="error",
+    )
+
+
+@dataclass
+class ConsoleThreads:
+    """The console side of a graph's threads: their tasks, a tool node, a runner. ``name``,
+    ``input`` and ``budget`` are what each thread's task is created with (the same every time:
+    the task is got or created by its key)."""
+
+    client: AsyncClient
+    name: str = "langgraph thread"
+    input: dict[str, Any] | None = None
+    budget: dict[str, float] | None = None
+    wait_timeout: float | None = None
+    _tasks: dict[str, str] = field(default_factory=dict, repr=False)
+
+    async def task(self, thread_id: str) -> str:
+        """The id of the thread's console task, created on first use."""
+        if thread_id not in self._tasks:
+            task = await self.client.get_or_create_task(
+                thread_key(thread_id),
+                self.name,
+                {**(self.input or {}), "thread_id": thread_id},
+                budget=self.budget,
+            )
+            self._tasks[thread_id] = task.id
+        return self._tasks[thread_id]
+
+    def tool_node(self, tools: Mapping[str, str], *, messages_key: str = "messages") -> ToolNode:
+        """A node running the last AI message's tool calls through the console; ``tools`` maps
+        the tool names the model calls to the console's tool names."""
+        return ToolNode(self, tools, messages_key)
+
+    async def decisions(self, pending: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Wait for the console to decide each pending approval; what each became."""
+        decided = []
+        for item in pending:
+            op = await self.client.wait_operation(
+                str(item["operation"]), until=DECIDED, timeout=self.wait_timeout
+            )
+            approval = op.approval
+            decided.append(
+                {
+                    "operation": op.id,
+                    "approval": approval.id if approval else None,
+                    "status": str(approval.status) if approval else None,
+                    "decided_by": approval.decided_by if approval else None,
+                    "reason": approval.reason if approval else None,
+                }
+            )
+        return decided
+
+    async def run(
+        self,
+        graph: Pregel[Any, Any, Any, Any],
+        input: Any,
+        thread_id: str,
+        *,
+        on_approval: Callable[[list[Mapping[str, Any]]], None] | None = None,
+        max_rounds: int = 20,
+        config: RunnableConfig | None = None,
+    ) -> Any:
+        """Run the thread to its end and answer its final state's values: from ``input`` when
+        it has no checkpoint; otherwise on from where it stopped (a finished thread is not run
+        again). At each console interrupt, wait for the decisions and resume."""
+        config = {**(config or {})}
+        config["configurable"] = {**config.get("configurable", {}), "thread_id": thread_id}
+        await self.task(thread_id)
+        state = await graph.aget_state(config)
+        if state.created_at is None:
+            payload: Any = input
+        elif state.interrupts:
+            payload = await self._resume(state.interrupts, on_approval)
+        elif state.next:
+            payload = None  # killed between steps: go on from the last checkpoint
+        else:
+            return state.values
+        for _ in range(max_rounds):
+            await graph.ainvoke(payload, config, durability="sync")
+            state = await graph.aget_state(config)
+            if not state.interrupts:
+                return state.values
+            payload = await self._resume(state.interrupts, on_approval)
+        raise RuntimeError(f"the thread still waited for approvals after {max_rounds} rounds")
+
+    async def _resume(
+        self,
+        interrupts: Sequence[Any],
+        on_approval: Callable[[list[Mapping[str, Any]]], None] | None,
+    ) -> Command[Any]:
+        resume: dict[str, Any] = {}
+        for pending in interrupts:
+            value = pending.value
+            if not isinstance(value, dict) or INTERRUPT_KEY not in value:
+                raise RuntimeError(f"the graph waits for something else than the console: {value}")
+            if on_approval is not None:
+                on_approval(value[INTERRUPT_KEY])
+            resume[pending.id] = await self.decisions(value[INTERRUPT_KEY])
+        return Command(resume=resume)
+
+
+@dataclass
+class ToolNode:
+    """The console's tool node (``ConsoleThreads.tool_node``)."""
+
+    threads: ConsoleThreads
+    tools: Mapping[str, str]
+    messages_key: str = "messages"
+
+    async def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        client = self.threads.client
+        thread_id = str(config.get("configurable", {})["thread_id"])
+        task_id = await self.threads.task(thread_id)
+        message = state[self.messages_key][-1]
+        calls = message.tool_calls if isinstance(message, AIMessage) else []
+        ops: dict[str, Operation] = {}
+        answers: dict[str, ToolMessage] = {}
+        for call in calls:
+            call_id = str(call["id"])
+            console_tool = self.tools.get(call["name"])
+            if console_tool is None:
+                answers[call_id] = ToolMessage(
+                    f"no such tool: {call['name']}", tool_call_id=call_id, status="error"
+                )
+                continue
+            ops[call_id] = await client.propose(
+                task_id, console_tool, dict(call["args"]), step=_step(call_id)
+            )
+        waiting = [op for op in ops.values() if op.status == WAITING_APPROVAL]
+        if waiting:
+            # Resumed, the node runs again from the start: each proposal then gives back the
+            # same operation, as the person left it.
+            interrupt({INTERRUPT_KEY: [_pending(op, task_id) for op in waiting]})
+        for call_id, op in ops.items():
+            if op.status not in SETTLED:
+                op = await client.wait_operation(
+                    op.id, until=SETTLED, timeout=self.threads.wait_timeout
+                )
+            answers[call_id] = _answer(op, call_id)
+        return {self.messages_key: [answers[str(call["id"])] for call in calls]}
+
+
+def _pending(op: Operation, task_id: str) -> dict[str, Any]:
+    return {
+        "operation": op.id,
+        "approval": op.approval.id if op.approval else None,
+        "task": task_id,
+        "tool": op.tool,
+        "params": op.params,
+    }
+
+
+__all__: Sequence[str] = ["ConsoleThreads", "ToolNode", "thread_key"]
