@@ -82,17 +82,28 @@ def check_budgets(
             for op in ops_of.get(m.task_id, [])
             if op.compensates_id is not None and op.attempt_id == m.attempt_id
         )
+        # A call that reported more than it held crossed the limit after its admission (the
+        # seeds: "a request crossing the threshold can finish"); the excess is recorded, not
+        # refused. Only that excess, per accepted confirmed call, may stand above the limit.
+        crossed = sum(
+            max(
+                0, facts.usage_of.get(op.id, {}).get(m.meter, 0) - _hold(op.estimate or {}, m.meter)
+            )
+            for op in ops_of.get(m.task_id, [])
+            if op.compensates_id is None and op.attempt_id == m.attempt_id
+        )
         overrun = 0
         for child in children.get(m.task_id, []):
             mine = [c for c in by_task.get(child, []) if c.meter == m.meter]
             overrun += max(0, sum(c.posted + c.unknown - c.limit for c in mine))
-        if m.limit + cleanup + overrun < m.reserved + m.posted + m.unknown:
+        if m.limit + cleanup + overrun + crossed < m.reserved + m.posted + m.unknown:
             raise Violation(
                 "budgets-balance",
                 f"{m.task_id} {m.meter}: limit {m.limit} < reserved {m.reserved} + posted "
                 f"{m.posted} + unknown {m.unknown}"
                 + (f" (compensations posted {cleanup})" if cleanup else "")
-                + (f" (children overran by {overrun})" if overrun else ""),
+                + (f" (children overran by {overrun})" if overrun else "")
+                + (f" (calls reported {crossed} beyond their holds)" if crossed else ""),
             )
 
     def final(task_id: str) -> bool:
