@@ -22,7 +22,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) pyproject.toml client/pyproject.toml
-	$(PY) -m pip install -q -e '.[dev]' -e './client[pydantic-ai,langgraph]'
+	$(PY) -m pip install -q -e '.[dev]' -e './client[pydantic-ai,langgraph,openai-agents]'
 	touch $(STAMP)
 
 install: $(STAMP)

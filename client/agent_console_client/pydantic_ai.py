@@ -23,7 +23,6 @@ agent's tools do.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -53,7 +52,8 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agent_console_client._async import AsyncClient, AsyncLease
-from agent_console_client.errors import NotClaimable, StaleLease
+from agent_console_client._turns import ModelCallEnded, Turns
+from agent_console_client.errors import StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
 # The operation waits for a person (an approval) in this status; any other means decided.
@@ -61,8 +61,6 @@ WAITING_APPROVAL = "waiting_approval"
 DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
 # Where a tool call's wait ends: done, or handed to support staff.
 SETTLED = TERMINAL_STATUSES | {"unresolved", "manual_intervention"}
-# An agent-run operation it may claim (a retry once it is due).
-CLAIMABLE = frozenset({"pending", "retry_scheduled"})
 
 
 def _step(tool_call_id: str | None) -> str:
@@ -177,30 +175,15 @@ async def run_with_console(
     raise RuntimeError(f"the run still waited for approvals after {max_rounds} rounds")
 
 
-class ModelCallEnded(RuntimeError):
-    """The console ended a turn's model call without a recorded response (failed, cancelled,
-    expired, or handed to a person): the run cannot go on from it."""
+def _dumped(response: ModelResponse) -> Any:
+    """The response as Pydantic AI's message adapter dumps it, for a restarted run to replay."""
+    return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
 
 
-def _recorded(response: ModelResponse) -> dict[str, Any]:
-    """A model call's result as the console keeps it: the usage, and the response itself (as
-    Pydantic AI's message adapter dumps it) for a restarted run to replay."""
-    usage = response.usage
-    return {
-        "model": response.model_name,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "response": ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
-    }
-
-
-def _replayed(op: Operation) -> ModelResponse:
-    result = op.result if isinstance(op.result, dict) else {}
-    if "response" not in result:
-        raise ModelCallEnded(f"model call {op.id} ({op.step}) succeeded with no recorded response")
-    (message,) = ModelMessagesTypeAdapter.validate_python([result["response"]])
+def _replayed(recorded: dict[str, Any]) -> ModelResponse:
+    (message,) = ModelMessagesTypeAdapter.validate_python([recorded["response"]])
     if not isinstance(message, ModelResponse):
-        raise ModelCallEnded(f"model call {op.id} ({op.step}) recorded a {message.kind}")
+        raise ModelCallEnded(f"a model call recorded a {message.kind}, not a response")
     return message
 
 
@@ -231,57 +214,25 @@ class ConsoleModel(WrapperModel):
         super().__init__(wrapped)
         self.client = client
         self.task_id = task_id
-        self.estimate_tokens = estimate_tokens
-        # The console's model-call tool (agent-run, present with the demo tools off); another
-        # agent-run tool may be named instead (a declared one), taking the same params.
-        self.console_tool = tool
-        self.run_key = run_key
-        self.poll_seconds = poll_seconds
-        self.turns = 0
-        self.replayed = 0
-
-    def step(self, turn: int) -> str:
-        return f"run:{self.run_key}:turn:{turn}"
-
-    async def _turn(self) -> Operation:
-        """This request's turn: its operation (the same one for the same run, turn and model)."""
-        self.turns += 1
-        return await self.client.propose(
-            self.task_id,
-            self.console_tool,
-            {"model": self.wrapped.model_name, "call": self.turns},
-            step=self.step(self.turns),
-            executor="agent",
-            estimate={"model_tokens": self.estimate_tokens},
+        # ``tool``: the console's model-call tool (agent-run, present with the demo tools off);
+        # another agent-run tool may be named instead (a declared one), taking the same params.
+        self.turns = Turns(
+            client,
+            task_id,
+            run_key=run_key,
+            tool=tool,
+            estimate_tokens=estimate_tokens,
+            poll_seconds=poll_seconds,
         )
 
-    async def _hold(self, op: Operation, stack: AsyncExitStack) -> AsyncLease | ModelResponse:
-        """A lease on the turn's operation (entered on ``stack``), or its recorded response. A
-        turn whose last claimant died stays ``running`` until its lease lapses and the sweeper
-        makes it claimable again: that wait is polled, as is a retry not due yet."""
-        while True:
-            if op.status == "succeeded":
-                self.replayed += 1
-                return _replayed(op)
-            if op.status in CLAIMABLE:
-                try:
-                    lease: AsyncLease = await stack.enter_async_context(self.client.claim(op.id))
-                except NotClaimable:
-                    pass  # another claimant won, or the retry is not due yet
-                else:
-                    return lease
-            elif op.status != "running":
-                raise ModelCallEnded(
-                    f"model call {op.id} ({op.step}) is {op.status}: {op.status_reason}"
-                )
-            await asyncio.sleep(self.poll_seconds)
-            op = await self.client.get_operation(op.id)
-
-    async def _complete(self, lease: AsyncLease, response: ModelResponse) -> None:
+    async def _record(self, lease: AsyncLease, response: ModelResponse) -> None:
         usage = response.usage
-        await lease.complete(
-            result=_recorded(response),
-            usage={"model_tokens": usage.input_tokens + usage.output_tokens},
+        await self.turns.record(
+            lease,
+            model=response.model_name,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            response=_dumped(response),
         )
 
     async def request(
@@ -290,17 +241,17 @@ class ConsoleModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        op = await self._turn()
+        op = await self.turns.next(self.wrapped.model_name)
         while True:
             async with AsyncExitStack() as stack:
-                held = await self._hold(op, stack)
-                if isinstance(held, ModelResponse):
-                    return held
+                held = await self.turns.hold(op, stack)
+                if isinstance(held, dict):
+                    return _replayed(held)
                 response = await self.wrapped.request(
                     messages, model_settings, model_request_parameters
                 )
                 try:
-                    await self._complete(held, response)
+                    await self._record(held, response)
                 except StaleLease:
                     # Taken over while the model answered: this answer is not the recorded
                     # one, so the run does not act on it; the turn is claimed or replayed again.
@@ -317,13 +268,15 @@ class ConsoleModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        op = await self._turn()
+        op = await self.turns.next(self.wrapped.model_name)
         async with AsyncExitStack() as stack:
-            held = await self._hold(op, stack)
-            if isinstance(held, ModelResponse):
+            held = await self.turns.hold(op, stack)
+            if isinstance(held, dict):
                 # Replayed as stream events, so a streaming consumer sees the recorded answer.
                 yield CompletedStreamedResponse(
-                    held, model_request_parameters=model_request_parameters, replay_events=True
+                    _replayed(held),
+                    model_request_parameters=model_request_parameters,
+                    replay_events=True,
                 )
                 return
             async with self.wrapped.request_stream(
@@ -334,7 +287,7 @@ class ConsoleModel(WrapperModel):
                     pass  # what the caller left unread: the recorded response is the whole one
             # A lease lost meanwhile raises StaleLease here, before the run acts on the
             # response's tool calls: unrecorded, they must not run (a restart asks again).
-            await self._complete(held, streamed.get())
+            await self._record(held, streamed.get())
 
 
 def console_toolset(

@@ -85,7 +85,7 @@ def test_a_pydantic_ai_agent_killed_anywhere_and_restarted_refunds_once(
     key, amount = "refund-restarts", 25000
     args = [
         "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
-        "--task-key", key, "--model-delay", "0.8", "--timeout", "60",
+        "--task-key", key, "--model-delay", "0.5", "--timeout", "60",
     ]  # fmt: skip
 
     def start() -> AgentProcess:
@@ -139,7 +139,7 @@ def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
     args = [
         "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
         "--thread", thread, "--checkpoints", str(tmp_path / "checkpoints.sqlite"),
-        "--model-delay", "0.8", "--timeout", "60",
+        "--model-delay", "0.5", "--timeout", "60",
     ]  # fmt: skip
 
     def start() -> AgentProcess:
@@ -174,3 +174,46 @@ def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
     assert "refund success" in run.text, run.text
     _assert_one_charge(f"langgraph:{thread}", amount)
     assert Task.objects.filter(external_id=f"langgraph:{thread}").count() == 1
+
+
+def test_an_openai_agents_agent_killed_anywhere_and_restarted_refunds_once(
+    stack: Server, runs: list[AgentProcess]
+) -> None:
+    agent = factories.agent()
+    key, amount = "oa-refund-restarts", 25000
+    args = [
+        "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
+        "--task-key", key, "--model-delay", "0.5", "--timeout", "60",
+    ]  # fmt: skip
+
+    def start() -> AgentProcess:
+        runs.append(AgentProcess("openai_agents_refund", args))
+        return runs[-1]
+
+    seed = random.randrange(10**6)
+    run = start()
+    time.sleep(random.Random(seed).uniform(0.0, 1.5))  # the kill point itself, not a wait
+    run.kill()
+
+    before = _generation(key, "refund", 1)
+    run = start()
+    wait_for(lambda: _asked(key, "refund", 1, before), what=f"turn 1 (seed {seed}):\n{run.text}")
+    run.kill()
+
+    run = start()
+    approval_id, op_id = run.wait_line(WAITING).groups()
+    run.kill()
+
+    run = start()
+    assert run.wait_line(WAITING).groups() == (approval_id, op_id), f"seed {seed}:\n{run.text}"
+    _approve(stack, approval_id)
+    wait_for(lambda: _asked(key, "refund", 2, 0), what=f"turn 2 (seed {seed}):\n{run.text}")
+    run.kill()
+
+    run = start()
+    assert run.finish() == 0, run.text
+    assert "refund done" in run.text and '"amount_cents": 25000' in run.text, run.text
+    _assert_one_charge(key, amount)
+    turns = Operation.objects.filter(task__external_id=key, tool="model.call")
+    assert sorted(op.step for op in turns) == ["run:refund:turn:1", "run:refund:turn:2"]
+    assert all(op.status == "succeeded" for op in turns)

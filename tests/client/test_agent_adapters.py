@@ -1,0 +1,150 @@
+"""The LangGraph and OpenAI Agents adapters against the real web server, in this process: an
+operator's denial in the console reaches the model with its reason (LangGraph: through the
+interrupt the runner resumes; OpenAI Agents: the function tool's wait), and an OpenAI Agents
+streamed run is a recorded turn that a restarted run replays without asking the model."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agent_console_client import AsyncClient
+from agent_console_client.examples.langgraph_refund import after_model, refund_model
+from agent_console_client.langgraph import ConsoleThreads
+from agent_console_client.openai_agents import ConsoleModel, console_tool
+from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
+from agents.testing.model import ScriptedModel, assistant_message, function_call
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from runtime.models import Operation
+from tests import factories
+from tests.conftest import Server
+
+pytestmark = pytest.mark.postgres
+
+REASON = "already refunded by hand"
+
+
+async def _deny_first_approval(server: Server, token: str, task_key: str) -> str:
+    """As an operator: wait for the task's first pending approval and deny it."""
+    async with AsyncClient(base_url=server.url, token=token) as operator:
+        while True:
+            task = await operator.find_task(task_key)
+            pending = await operator.list_approvals(task=task.id) if task else []
+            if pending:
+                await operator.decide(pending[0].id, "deny", reason=REASON)
+                return pending[0].id
+            await asyncio.sleep(0.05)  # polling the API for the approval to appear
+
+
+def refund(account: str, amount_cents: int) -> dict[str, Any]:
+    """Refund ``amount_cents`` to the customer's ``account``."""
+    raise AssertionError("runs in the console")
+
+
+def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) -> None:
+    agent, operator = factories.agent(), factories.console_user("operator")
+    asked: list[list[Any]] = []
+
+    async def scenario() -> tuple[Any, str]:
+        async with AsyncClient(base_url=server.url, token=agent.token) as console:
+            threads = ConsoleThreads(console, name="refunds", wait_timeout=30)
+            builder = StateGraph(MessagesState)
+            builder.add_node("model", refund_model("cust-9", 25000, 0.0))
+            builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
+            builder.add_edge(START, "model")
+            builder.add_conditional_edges("model", after_model, ["tools", END])
+            builder.add_edge("tools", "model")
+            graph = builder.compile(checkpointer=InMemorySaver())
+            denied = asyncio.create_task(
+                _deny_first_approval(server, operator.token, "langgraph:t-1")
+            )
+            values = await threads.run(
+                graph, {"messages": [HumanMessage("refund")]}, "t-1", on_approval=asked.append
+            )
+            return values, await denied
+
+    values, approval_id = asyncio.run(scenario())
+    last = values["messages"][-1].content
+    assert "refund error" in last and REASON in last, last
+    assert [[item["approval"] for item in pending] for pending in asked] == [[approval_id]]
+    (op,) = Operation.objects.filter(task__external_id="langgraph:t-1")
+    assert op.tool == "demo.payments.charge" and op.status == "failed"
+
+
+def test_an_openai_agents_tool_returns_the_operators_denial(server: Server) -> None:
+    set_tracing_disabled(True)
+    agent, operator = factories.agent(), factories.console_user("operator")
+    scripted = ScriptedModel(
+        [
+            [function_call("refund", {"account": "cust-9", "amount_cents": 25000}, call_id="c1")],
+            [assistant_message("told the customer")],
+        ]
+    )
+
+    async def scenario() -> str:
+        async with AsyncClient(base_url=server.url, token=agent.token) as console:
+            task = await console.get_or_create_task("oa-deny", "refunds")
+            runner_agent = Agent(
+                name="refunds",
+                model=ConsoleModel(scripted, client=console, task_id=task.id),
+                tools=[
+                    console_tool(
+                        refund,
+                        "demo.payments.charge",
+                        client=console,
+                        task_id=task.id,
+                        wait_timeout=30,
+                    )
+                ],
+            )
+            denied = asyncio.create_task(_deny_first_approval(server, operator.token, "oa-deny"))
+            result = await Runner.run(runner_agent, "refund")
+            await denied
+            return str(result.final_output)
+
+    assert asyncio.run(scenario()) == "told the customer"
+    last = scripted.last_call
+    assert last is not None
+    (output,) = [i for i in last.input if i.get("type") == "function_call_output"]
+    assert output["call_id"] == "c1" and REASON in output["output"], output
+    op = Operation.objects.get(task__external_id="oa-deny", tool="demo.payments.charge")
+    assert op.step == "call-c1" and op.status == "failed"
+
+
+def test_an_openai_agents_streamed_run_is_recorded_and_replayed(server: Server) -> None:
+    set_tracing_disabled(True)
+    principal = factories.agent()
+    usage = Usage(requests=1, input_tokens=10, output_tokens=3, total_tokens=13)
+    # One scripted answer: a second request of the model would raise UnexpectedModelCall.
+    scripted = ScriptedModel(
+        [ModelResponse(output=[assistant_message("refund sent")], usage=usage, response_id=None)]
+    )
+
+    async def scenario() -> tuple[str, str, float]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            task = await console.get_or_create_task(
+                "oa-stream", "streamed", budget={"model_tokens": 10_000}
+            )
+            outputs = []
+            for _ in range(2):  # the second is the restarted run
+                agent = Agent(
+                    name="s", model=ConsoleModel(scripted, client=console, task_id=task.id)
+                )
+                streamed = Runner.run_streamed(agent, "go")
+                async for _event in streamed.stream_events():
+                    pass
+                outputs.append(str(streamed.final_output))
+            budget = await console.get_budget(task.id)
+            meter = budget.meters.get("model_tokens")
+            return outputs[0], outputs[1], meter.posted if meter else 0.0
+
+    first, replayed, posted = asyncio.run(scenario())
+    assert first == replayed == "refund sent"
+    assert len(scripted.calls) == 1 and scripted.calls[0].streamed
+    (turn,) = Operation.objects.filter(task__external_id="oa-stream", tool="model.call")
+    assert (turn.step, turn.status) == ("run:main:turn:1", "succeeded")
+    assert posted == 13
