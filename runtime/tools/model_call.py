@@ -3,8 +3,9 @@ agent runs itself (executor=agent), present in every deployment (not a demo tool
 proposes it with an estimate (``{"model_tokens": N}``, held against the task's budget, so a
 budget that cannot cover it refuses the call before it is made), claims it, makes the request
 and completes it with the usage the model reported (``model_tokens``, and ``cost_cents`` when it
-knows the price), which is posted to the task's ledger. The Pydantic AI adapter's ConsoleModel
-(client/agent_console_client/pydantic_ai.py) records its requests under it."""
+knows the price), which is posted to the task's ledger. The client's adapters record each model
+request under it as a turn of a durable run, the response in its result for a restarted agent to
+replay (client/agent_console_client/_turns.py)."""
 
 from __future__ import annotations
 
