@@ -333,3 +333,9 @@ def error_class(status: int, code: str) -> type[ConsoleError]:
 def by_code() -> dict[str, type[ConsoleError]]:
     """Every code this client has a class for, with its class."""
     return dict(_BY_CODE)
+
+
+# What the console refuses about a proposed call itself (its parameters, the policy, the
+# budget): the agent adapters tell the model why, as a failed tool result, instead of ending
+# the run with a traceback.
+REFUSALS: tuple[type[ConsoleError], ...] = (BadRequest, NotAuthorized, BudgetExhausted)

@@ -34,6 +34,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
 
 from agent_console_client._async import AsyncClient
+from agent_console_client.errors import REFUSALS
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
 WAITING_APPROVAL = "waiting_approval"
@@ -196,9 +197,14 @@ class ToolNode:
                     f"no such tool: {call['name']}", tool_call_id=call_id, status="error"
                 )
                 continue
-            ops[call_id] = await client.propose(
-                task_id, console_tool, dict(call["args"]), step=_step(call_id)
-            )
+            try:
+                ops[call_id] = await client.propose(
+                    task_id, console_tool, dict(call["args"]), step=_step(call_id)
+                )
+            except REFUSALS as exc:  # parameters, policy, budget: the model reads why
+                answers[call_id] = ToolMessage(
+                    f"the console refused the call: {exc}", tool_call_id=call_id, status="error"
+                )
         waiting = [op for op in ops.values() if op.status == WAITING_APPROVAL]
         if waiting:
             # Resumed, the node runs again from the start: each proposal then gives back the

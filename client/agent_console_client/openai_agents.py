@@ -43,7 +43,7 @@ from pydantic import TypeAdapter
 
 from agent_console_client._async import AsyncClient, AsyncLease
 from agent_console_client._turns import ModelCallEnded, Turns
-from agent_console_client.errors import BadRequest, BudgetExhausted, NotAuthorized, StaleLease
+from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import TERMINAL_STATUSES, Operation
 
 # Where a tool call's wait ends: done, or handed to support staff.
@@ -86,7 +86,7 @@ def console_tool(
             op = await client.propose(
                 task_id, tool, json.loads(arguments or "{}"), step=_step(ctx.tool_call_id)
             )
-        except (BadRequest, NotAuthorized, BudgetExhausted) as exc:  # the model reads why
+        except REFUSALS as exc:  # parameters, policy, budget: the model reads why
             return f"the console refused the call: {exc}"
         if op.status == "waiting_approval" and on_waiting is not None:
             on_waiting(op)

@@ -53,7 +53,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agent_console_client._async import AsyncClient, AsyncLease
 from agent_console_client._turns import ModelCallEnded, Turns
-from agent_console_client.errors import StaleLease
+from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
 # The operation waits for a person (an approval) in this status; any other means decided.
@@ -100,9 +100,12 @@ class ConsoleToolset(WrapperToolset[Any]):
             # model's original arguments.
             op = await self.client.get_operation(str(metadata["operation"]))
         else:
-            op = await self.client.propose(
-                self.task_id, console_tool, tool_args, step=_step(ctx.tool_call_id)
-            )
+            try:
+                op = await self.client.propose(
+                    self.task_id, console_tool, tool_args, step=_step(ctx.tool_call_id)
+                )
+            except REFUSALS as exc:  # parameters, policy, budget: the model reads why
+                raise ToolFailed(f"the console refused the call: {exc}") from exc
         decided_against = (
             op.approval is not None
             and op.approval.status not in ("approved", "released")

@@ -1,7 +1,8 @@
-"""The LangGraph and OpenAI Agents adapters against the real web server, in this process: an
-operator's denial in the console reaches the model with its reason (LangGraph: through the
-interrupt the runner resumes; OpenAI Agents: the function tool's wait), and an OpenAI Agents
-streamed run is a recorded turn that a restarted run replays without asking the model."""
+"""The agent adapters against the real web server, in this process: an operator's denial in the
+console reaches the model with its reason (LangGraph: through the interrupt the runner resumes;
+OpenAI Agents: the function tool's wait); parameters the console refuses reach the model as a
+failed tool result, never a traceback (each adapter); and an OpenAI Agents streamed run is a
+recorded turn that a restarted run replays without asking the model."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from typing import Any
 import pytest
 from agent_console_client import AsyncClient
 from agent_console_client.examples.langgraph_refund import after_model, refund_model
+from agent_console_client.examples.refund import issue_refund, refund_script
 from agent_console_client.langgraph import ConsoleThreads
 from agent_console_client.openai_agents import ConsoleModel, console_tool
+from agent_console_client.pydantic_ai import ConsoleToolset
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.testing.model import ScriptedModel, assistant_message, function_call
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.toolsets import FunctionToolset
 
 from runtime.models import Operation
 from tests import factories
@@ -45,6 +50,16 @@ def refund(account: str, amount_cents: int) -> dict[str, Any]:
     raise AssertionError("runs in the console")
 
 
+def _graph(threads: ConsoleThreads, amount_cents: int) -> Any:
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", refund_model("cust-9", amount_cents, 0.0))
+    builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", after_model, ["tools", END])
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) -> None:
     agent, operator = factories.agent(), factories.console_user("operator")
     asked: list[list[Any]] = []
@@ -52,13 +67,7 @@ def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) ->
     async def scenario() -> tuple[Any, str]:
         async with AsyncClient(base_url=server.url, token=agent.token) as console:
             threads = ConsoleThreads(console, name="refunds", wait_timeout=30)
-            builder = StateGraph(MessagesState)
-            builder.add_node("model", refund_model("cust-9", 25000, 0.0))
-            builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
-            builder.add_edge(START, "model")
-            builder.add_conditional_edges("model", after_model, ["tools", END])
-            builder.add_edge("tools", "model")
-            graph = builder.compile(checkpointer=InMemorySaver())
+            graph = _graph(threads, 25000)
             denied = asyncio.create_task(
                 _deny_first_approval(server, operator.token, "langgraph:t-1")
             )
@@ -148,3 +157,55 @@ def test_an_openai_agents_streamed_run_is_recorded_and_replayed(server: Server) 
     (turn,) = Operation.objects.filter(task__external_id="oa-stream", tool="model.call")
     assert (turn.step, turn.status) == ("run:main:turn:1", "succeeded")
     assert posted == 13
+
+
+def test_refused_parameters_reach_each_adapters_model_as_a_failed_call(server: Server) -> None:
+    """A refund of -5 cents: the console answers 400 invalid_params, and the model of each
+    adapter reads it as the call's failure; the run ends normally, with no operation."""
+    set_tracing_disabled(True)
+    principal = factories.agent()
+    scripted = ScriptedModel(
+        [
+            [function_call("refund", {"account": "cust-9", "amount_cents": -5}, call_id="c1")],
+            [assistant_message("could not refund")],
+        ]
+    )
+
+    async def scenario() -> tuple[str, str, str]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="refunds", wait_timeout=30)
+            values = await threads.run(
+                _graph(threads, -5), {"messages": [HumanMessage("refund")]}, "t-bad"
+            )
+            task = await console.get_or_create_task("bad-params", "refunds")
+            pydantic_agent = PydanticAgent(
+                refund_script("cust-9", -5),
+                toolsets=[
+                    ConsoleToolset(
+                        FunctionToolset([issue_refund]),
+                        client=console,
+                        task_id=task.id,
+                        tools={"issue_refund": "demo.payments.charge"},
+                    )
+                ],
+                output_type=str,
+            )
+            pydantic_result = await pydantic_agent.run("refund")
+            openai_agent = Agent(
+                name="refunds",
+                model=scripted,
+                tools=[
+                    console_tool(refund, "demo.payments.charge", client=console, task_id=task.id)
+                ],
+            )
+            await Runner.run(openai_agent, "refund")
+            last = scripted.last_call
+            assert last is not None
+            (output,) = [i for i in last.input if i.get("type") == "function_call_output"]
+            return values["messages"][-1].content, pydantic_result.output, output["output"]
+
+    langgraph_said, pydantic_said, openai_said = asyncio.run(scenario())
+    assert langgraph_said.startswith("refund error: the console refused the call"), langgraph_said
+    assert "refused the call" in pydantic_said and "amount_cents" in pydantic_said, pydantic_said
+    assert openai_said.startswith("the console refused the call"), openai_said
+    assert not Operation.objects.filter(tool="demo.payments.charge").exists()
