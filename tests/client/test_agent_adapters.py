@@ -15,7 +15,8 @@ from agent_console_client.examples.langgraph_refund import after_model, refund_m
 from agent_console_client.examples.refund import issue_refund, refund_script
 from agent_console_client.langgraph import ConsoleThreads
 from agent_console_client.openai_agents import ConsoleModel, console_tool
-from agent_console_client.pydantic_ai import ConsoleToolset
+from agent_console_client.pydantic_ai import ConsoleModel as PydanticConsoleModel
+from agent_console_client.pydantic_ai import ConsoleToolset, run_with_console
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.testing.model import ScriptedModel, assistant_message, function_call
 from langchain_core.messages import HumanMessage
@@ -209,3 +210,54 @@ def test_refused_parameters_reach_each_adapters_model_as_a_failed_call(server: S
     assert "refused the call" in pydantic_said and "amount_cents" in pydantic_said, pydantic_said
     assert openai_said.startswith("the console refused the call"), openai_said
     assert not Operation.objects.filter(tool="demo.payments.charge").exists()
+
+
+def test_a_restarted_pydantic_ai_run_hears_the_same_denial(server: Server) -> None:
+    """Denied in the console, then run again on the same task (a restart after the model heard
+    the denial): every turn is replayed, and the refund's call is answered with the same
+    ToolDenied and reason, not as a failed call."""
+    principal, operator = factories.agent(), factories.console_user("operator")
+
+    def tool_results(messages: list[Any]) -> list[tuple[str, str]]:
+        return [
+            (part.outcome, part.model_response_str())
+            for message in messages
+            for part in getattr(message, "parts", [])
+            if part.part_kind == "tool-return"
+        ]
+
+    async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            task = await console.get_or_create_task("pa-deny", "refunds")
+            heard = []
+            for run in range(2):
+                agent = PydanticAgent(
+                    PydanticConsoleModel(
+                        refund_script("cust-9", 25000), client=console, task_id=task.id
+                    ),
+                    toolsets=[
+                        ConsoleToolset(
+                            FunctionToolset([issue_refund]),
+                            client=console,
+                            task_id=task.id,
+                            tools={"issue_refund": "demo.payments.charge"},
+                        )
+                    ],
+                    output_type=str,
+                )
+                denied = None
+                if run == 0:
+                    denied = asyncio.create_task(
+                        _deny_first_approval(server, operator.token, "pa-deny")
+                    )
+                result = await run_with_console(agent, "refund", console, decision_timeout=30)
+                if denied is not None:
+                    await denied
+                heard.append(tool_results(result.all_messages()))
+            return heard[0], heard[1]
+
+    first, restarted = asyncio.run(scenario())
+    assert first == restarted, (first, restarted)
+    assert first[0][0] == "denied" and REASON in first[0][1], first
+    turns = Operation.objects.filter(task__external_id="pa-deny", tool="model.call")
+    assert turns.count() == 2 and all(op.attempts_used == 1 for op in turns)
