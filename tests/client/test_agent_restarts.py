@@ -7,13 +7,20 @@ at the end: one charge."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_console_client import Client
+from agent_console_client import AsyncClient, Client
+from agent_console_client.pydantic_ai import ConsoleModel
+from django.db import connection
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from runtime.models import Operation, Task
 from runtime.sandbox.models import Charge
@@ -31,6 +38,13 @@ def stack(short_lease_server: Server, workers) -> Server:
     """The server (2-second leases), one worker for the charges, and the sweeper every second
     (it returns a dead agent's lapsed lease to the pending work a restart claims)."""
     workers.start(count=1, concurrency=1)
+    workers.start_beat(SWEEP_SECONDS=1)
+    return short_lease_server
+
+
+@pytest.fixture
+def sweeper(short_lease_server: Server, workers) -> Server:
+    """The server (2-second leases) and the sweeper every second; no worker."""
     workers.start_beat(SWEEP_SECONDS=1)
     return short_lease_server
 
@@ -217,3 +231,42 @@ def test_an_openai_agents_agent_killed_anywhere_and_restarted_refunds_once(
     turns = Operation.objects.filter(task__external_id=key, tool="model.call")
     assert sorted(op.step for op in turns) == ["run:refund:turn:1", "run:refund:turn:2"]
     assert all(op.status == "succeeded" for op in turns)
+
+
+def _taken_over(key: str) -> None:
+    turn = Operation.objects.filter(task__external_id=key, tool="model.call")
+    try:
+        wait_for(lambda: turn.filter(status="pending").exists(), timeout=30)
+    finally:
+        connection.close()
+
+
+def test_a_turn_taken_over_while_the_model_answers_is_asked_again(sweeper: Server) -> None:
+    """The model's first answer outlasts the turn's lease (the agent's loop is blocked, so no
+    heartbeat goes out) and the sweeper takes the turn over: that answer is never recorded nor
+    used; the turn is claimed again and the model asked again."""
+    principal = factories.agent()
+    answers: list[str] = []
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answers.append(f"answer {len(answers) + 1}")
+        if len(answers) == 1:
+            # Blocks the loop (no heartbeat) until the sweeper took the lapsed lease over,
+            # polled from a thread (the ORM refuses an event loop's thread).
+            poller = threading.Thread(target=_taken_over, args=("slow",))
+            poller.start()
+            poller.join()
+        return ModelResponse(parts=[TextPart(answers[-1])])
+
+    async def scenario() -> str:
+        async with AsyncClient(base_url=sweeper.url, token=principal.token) as console:
+            task = await console.get_or_create_task("slow", "slow model")
+            model = ConsoleModel(FunctionModel(answer), client=console, task_id=task.id)
+            result = await PydanticAgent(model, output_type=str).run("go")
+            return result.output
+
+    assert asyncio.run(scenario()) == "answer 2"
+    (turn,) = Operation.objects.filter(task__external_id="slow", tool="model.call")
+    assert turn.status == "succeeded" and turn.attempts_used == 2
+    assert isinstance(turn.result, dict)
+    assert turn.result["response"]["parts"][0]["content"] == "answer 2"
