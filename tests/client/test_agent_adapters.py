@@ -2,11 +2,16 @@
 console reaches the model with its reason (LangGraph: through the interrupt the runner resumes;
 OpenAI Agents: the function tool's wait); parameters the console refuses reach the model as a
 failed tool result, never a traceback (each adapter); and an OpenAI Agents streamed run is a
-recorded turn that a restarted run replays without asking the model."""
+recorded turn that a restarted run replays without asking the model, as is a Pydantic AI one
+(``run_stream``, then ``iter``).
+
+(Here, not beside the Pydantic AI example's tests: the browser those use keeps an event loop
+running in this thread, and these run their agents with ``asyncio.run``.)"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,6 +28,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from runtime.models import Operation
@@ -261,3 +268,49 @@ def test_a_restarted_pydantic_ai_run_hears_the_same_denial(server: Server) -> No
     assert first[0][0] == "denied" and REASON in first[0][1], first
     turns = Operation.objects.filter(task__external_id="pa-deny", tool="model.call")
     assert turns.count() == 2 and all(op.attempts_used == 1 for op in turns)
+
+
+def test_a_pydantic_ai_streamed_run_is_a_recorded_turn_a_restart_replays(server: Server) -> None:
+    """``run_stream`` and ``iter`` go through ConsoleModel: the streamed answer is a model.call
+    operation with its tokens posted, and a restarted run (a new agent on the same task and run
+    key) streams the recorded answer without asking the model again."""
+    principal = factories.agent()
+    asked: list[int] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        asked.append(len(messages))
+        yield "refund "
+        yield "sent"
+
+    async def runs() -> tuple[str, list[str], str, float]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            task = await console.get_or_create_task(
+                "stream-1", "streamed", budget={"model_tokens": 10_000}
+            )
+
+            def agent() -> PydanticAgent[None, str]:
+                model = FunctionModel(stream_function=stream, model_name="streamer")
+                return PydanticAgent(
+                    PydanticConsoleModel(model, client=console, task_id=task.id), output_type=str
+                )
+
+            async with agent().run_stream("go") as first:
+                live = [delta async for delta in first.stream_text(delta=True)]
+            replayed = ""
+            async with agent().iter("go") as run:
+                async for node in run:
+                    if PydanticAgent.is_model_request_node(node):
+                        async with node.stream(run.ctx) as events:
+                            replayed = "".join([t async for t in events.stream_text(delta=True)])
+            budget = await console.get_budget(task.id)
+            meter = budget.meters.get("model_tokens")
+            return task.id, live, replayed, meter.posted if meter else 0.0
+
+    task_id, live, replayed, posted = asyncio.run(runs())
+    assert "".join(live) == replayed == "refund sent"
+    assert len(asked) == 1  # the restart replayed the turn
+    (turn,) = Operation.objects.filter(task_id=task_id, tool="model.call")
+    assert (turn.step, turn.status, turn.executor) == ("run:main:turn:1", "succeeded", "agent")
+    assert isinstance(turn.result, dict)
+    assert turn.result["response"]["parts"][0]["content"] == "refund sent"
+    assert posted > 0
