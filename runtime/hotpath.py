@@ -61,11 +61,13 @@ from runtime.events import JOURNAL_SLOTS, TaskRow, event_hint, task_row
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.publish import EXECUTE_OPERATION, message_now
+from runtime.rules.admission import admission_refusal_sql, admission_refused
+from runtime.rules.claim import CLAIM_SOURCES, claim_guards_sql
+from runtime.rules.general_writer import general_writer_sql
+from runtime.rules.stop import not_stopping_sql, stopping
 from runtime.sqlfiles import column_list, queries
 from runtime.statemachine import status_deltas
-from runtime.stoprule import not_stopping_sql, stopping
-from runtime.tasks import admission_refusal_sql, admission_refused
-from runtime.transitions import OPERATION, OperationStatus
+from runtime.transitions import OperationStatus
 
 S = OperationStatus
 
@@ -74,9 +76,6 @@ def _in(statuses: tuple[str, ...] | list[str]) -> str:
     # Literals from the transition tables' constants only (never from input).
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
 
-
-# The guarded sources of each statement, from the tables.
-CLAIM_SOURCES = tuple(sorted(OPERATION.sources_of(S.RUNNING) & set(S.CLAIMABLE)))
 
 # Every column of the operation row, in the model's field order: a statement that returns an
 # operation returns all of them, and the model is built from them in that order
@@ -88,7 +87,9 @@ _JSON_COLUMNS = ("params", "estimate", "result", "error")
 _JSON_INDEXES = tuple(i for i, name in enumerate(_OP_NAMES) if name in _JSON_COLUMNS)
 
 # The statements (runtime/sql/claim.sql, accept.sql, propose.sql, handover.sql), filled once
-# from the tables: the statuses, the claim's sources, the stop rule, the admission refusals.
+# from the tables: the statuses, the claim's sources and guards (runtime.rules.claim), what
+# each leaves to the general writer (runtime.rules.general_writer), the stop rule, the
+# admission refusals.
 _SQL = queries(
     "claim_one",
     "claim_batch_pick",
@@ -103,6 +104,8 @@ _SQL = queries(
         "pending": S.PENDING,
         "running": S.RUNNING,
         "claim_sources": _in(CLAIM_SOURCES),
+        "claim_guards": claim_guards_sql,
+        "general_writer_not_needed": general_writer_sql,
         "not_stopping": not_stopping_sql,
         "admission_refusal": admission_refusal_sql,
         "operation_columns": lambda alias: column_list(_OP_NAMES, alias),
@@ -345,13 +348,13 @@ def accept_txn(
 
 def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     """Insert a new pending operation (built, unsaved, by the caller) with its event and, for
-    worker-run work, its outbox row, in one statement, which checks admission on the task row
-    it locked (tasks.ADMISSION_REFUSALS) and fails, writing nothing, when the task refuses:
-    TaskRefused; AttemptMoved when the task's current attempt is no longer ``op.attempt_id``
-    under the lock (the statement wrote nothing but did not fail). None when an operation with
-    the same key exists already (nothing written: the caller compares parameter hashes). Runs
-    inside the caller's transaction, or as its own (autocommit); its announcement goes out after
-    that commit."""
+    worker-run work, its outbox row, in one statement, which checks admission on the task row it
+    locked (rules.admission.ADMISSION_REFUSALS) and fails, writing nothing, when the task
+    refuses: TaskRefused; AttemptMoved when the task's current attempt is no longer
+    ``op.attempt_id`` under the lock (the statement wrote nothing but did not fail). None when
+    an operation with the same key exists already (nothing written: the caller compares
+    parameter hashes). Runs inside the caller's transaction, or as its own (autocommit); its
+    announcement goes out after that commit."""
     announce = op.executor == Operation.EXECUTOR_WORKER
     # A call goes to its queue's drainer when one is registered (runtime.drainers): a quick one
     # to be claimed in a batch, another to be run one at a time.
@@ -441,6 +444,7 @@ def claim_batch_txn(
     caller rolls back) when a task stopped or paused while the batch waited for its row."""
     claim: dict[str, Any] = {
         "ids": operation_ids,
+        "executor": Operation.EXECUTOR_WORKER,
         "tools": tools,
         "execution": execution_id,
         "lease_seconds": lease_seconds,

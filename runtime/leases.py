@@ -43,6 +43,7 @@ from runtime.lease_tokens import lease_token_mint
 from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.reactor import operation_settled_txn
+from runtime.rules.claim import CLAIM_RULES, ClaimFacts, ClaimRule, Settles
 from runtime.sqlfiles import queries
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.stoprule import (
@@ -309,6 +310,85 @@ def _stop_or_refuse(op: Operation, *, now: datetime, actor: str, reason: str) ->
     return Refusal(reason)
 
 
+def _claim_facts(op: Operation, executor: str, now: datetime) -> ClaimFacts:
+    task = op.task
+    return ClaimFacts(
+        status=op.status,
+        executor=op.executor,
+        claimant=executor,
+        next_attempt_at=op.next_attempt_at,
+        attempts_used=op.attempts_used,
+        max_attempts=op.max_attempts,
+        approval_required=op.approval_required,
+        deadline=op.deadline or task.deadline,
+        cancellation=task.cancellation,
+        condition=task.condition,
+        paused=task.paused,
+        tool=op.tool,
+        tool_version=op.tool_version,
+        now=now,
+        adapter=lambda: adapters().get(op.tool),
+    )
+
+
+def _release_or_refuse(op: Operation, *, now: datetime, actor: str) -> Refusal | None:
+    """The release recheck (``Settles.RELEASE``): gated work runs only under an approval of
+    these parameters; None when it may run. The operation row is locked first (as read), then
+    the approval, then (through the transition's journal) the task: the release gate's order,
+    so a late decision racing this claim waits for it instead of deadlocking."""
+    held = Operation.objects.select_for_update().filter(
+        pk=op.pk, status=op.status, state_version=op.state_version
+    )
+    if not list(held.values_list("pk", flat=True)):
+        return Refusal("another claimant won")
+    refused = approval_release_txn(op, now=now, actor=actor)
+    crash_point("claim.approval_released")
+    if refused is not None and refused.returned:
+        return Refusal(refused.reason)  # back with a person: expired, or reopened
+    if refused is not None:
+        return _settle_or_refuse(
+            op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=refused.reason
+        )
+    return None
+
+
+def _claim_refused(
+    rule: ClaimRule, op: Operation, facts: ClaimFacts, *, cleanup: bool, now: datetime, actor: str
+) -> Refusal | None:
+    """What a refusing row of ``CLAIM_RULES`` settles to (its ``outcome``); None when the claim
+    may go on after all (an approval released)."""
+    match rule.outcome:
+        case Settles.REFUSE:
+            return Refusal(rule.reason(facts))
+        case Settles.STOP:
+            # A stop is final: seen once, it holds (a claim that sees none re-checks under the
+            # lock).
+            return _stop_or_refuse(op, now=now, actor=actor, reason=stop_reason(op.task))
+        case Settles.REFUSE_PAUSED:
+            # Pause: the delivery takes nothing and its announcement is spent (runtime.control).
+            return Refusal(paused_claim_refused_txn(op.pk, op.task_id))
+        case Settles.EXPIRED:
+            return _settle_or_refuse(op, S.EXPIRED, now=now, actor=actor, reason=rule.reason(facts))
+        case Settles.MANUAL_INTERVENTION:
+            reason = rule.reason(facts)
+            return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=reason)
+        case Settles.EXHAUSTED:
+            # (Where an earlier call's outcome is unconfirmed, the writer makes it
+            # ``unresolved``: runtime.statemachine's possible-effect rule.)
+            reason = rule.reason(facts)
+            return _settle_or_refuse(
+                op,
+                S.UNRESOLVED if cleanup else S.FAILED,
+                now=now,
+                actor=actor,
+                reason=reason,
+                fields={"error": {"kind": "permanent", "message": reason}},
+            )
+        case Settles.RELEASE:
+            return _release_or_refuse(op, now=now, actor=actor)
+    raise ValueError(f"claim rule {rule.code}: no outcome {rule.outcome!r}")
+
+
 def _claim_txn(
     operation_id: str, *, execution_id: str, executor: str, actor: str, now: datetime
 ) -> Lease | Refusal:
@@ -316,63 +396,18 @@ def _claim_txn(
     if op is None:
         return Refusal("no such operation", operation_exists=False)
     crash_point("claim.after_read")
-    if op.status not in S.CLAIMABLE:
-        return Refusal(f"operation is {op.status} (duplicate or late delivery)")
-    if op.executor != executor:
-        return Refusal(f"operation is executed by the {op.executor}")
-    if op.next_attempt_at is not None and op.next_attempt_at > now:
-        return Refusal("the retry is not due yet")
     task = op.task
     budget_remember(task.pk, task.budget)  # read anyway: settling later needs no statement
     cleanup = not stop_covers(op.compensates_id)  # compensations outlive the stop they serve
-    if task_stopping(task) and not cleanup:
-        # A stop is final: seen once, it holds (a claim that sees none re-checks under the lock).
-        return _stop_or_refuse(op, now=now, actor=actor, reason=stop_reason(task))
-    if task.paused and not cleanup:
-        # Pause: the delivery takes nothing and its announcement is spent (runtime.control).
-        return Refusal(paused_claim_refused_txn(op.pk, task.pk))
-    deadline = op.deadline or task.deadline
-    if deadline is not None and now >= deadline and not cleanup:
-        reason = "the deadline passed before the work could start"
-        return _settle_or_refuse(op, S.EXPIRED, now=now, actor=actor, reason=reason)
-    if executor == Operation.EXECUTOR_WORKER:
-        adapter = adapters().get(op.tool)
-        if adapter is None or not adapter.supports(op.tool_version):
-            reason = (
-                f"recorded under {op.tool} version {op.tool_version or '?'}, which this "
-                f"worker does not support"
-                + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
-            )
-            return _settle_or_refuse(op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=reason)
-    if op.attempts_used >= op.max_attempts:
-        # (Where an earlier call's outcome is unconfirmed, the writer makes it ``unresolved``:
-        # runtime.statemachine's possible-effect rule.)
-        return _settle_or_refuse(
-            op,
-            S.UNRESOLVED if cleanup else S.FAILED,
-            now=now,
-            actor=actor,
-            reason="attempts exhausted",
-            fields={"error": {"kind": "permanent", "message": "attempts exhausted"}},
-        )
-    if op.approval_required:
-        # The release recheck: gated work runs only under an approval of these parameters. The
-        # operation row is locked first (as read), then the approval, then (through the
-        # transition's journal) the task: the release gate's order, so a late decision racing
-        # this claim waits for it instead of deadlocking.
-        held = Operation.objects.select_for_update().filter(
-            pk=op.pk, status=op.status, state_version=op.state_version
-        )
-        if not list(held.values_list("pk", flat=True)):
-            return Refusal("another claimant won")
-        refused = approval_release_txn(op, now=now, actor=actor)
-        crash_point("claim.approval_released")
-        if refused is not None and refused.returned:
-            return Refusal(refused.reason)  # back with a person: expired, or reopened
-        if refused is not None:
-            return _settle_or_refuse(
-                op, S.MANUAL_INTERVENTION, now=now, actor=actor, reason=refused.reason
-            )
+    # The claim rule, row by row in its order (runtime.rules.claim; the one-statement claim
+    # guards with the same rows' SQL).
+    facts = _claim_facts(op, executor, now)
+    for rule in CLAIM_RULES:
+        if rule.admits(facts) or (cleanup and rule.cleanup_exempt):
+            continue
+        refusal = _claim_refused(rule, op, facts, cleanup=cleanup, now=now, actor=actor)
+        if refusal is not None:
+            return refusal
     generation = op.lease_generation + 1
     number = op.attempts_used + 1
     lease_end, expires = _lease_end(now)

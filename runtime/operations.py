@@ -61,6 +61,7 @@ from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
+from runtime.rules.admission import task_admission_check
 from runtime.specs import OperationSpec
 from runtime.statemachine import (
     fast_ending_allowed,
@@ -73,7 +74,6 @@ from runtime.tasks import (
     given_key_validate,
     operation_by_legacy_key,
     operation_key,
-    task_admission_check,
     task_for_proposal,
 )
 from runtime.text import name_check

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from runtime.budgets import (
 )
 from runtime.checkers import required_checks_create_txn, required_checks_validate
 from runtime.db import db_datetime, fetchone_named, prepared_cursor
-from runtime.errors import InvalidInput, NotAuthorized, NotFound, TaskRefused
+from runtime.errors import InvalidInput, NotAuthorized, NotFound
 from runtime.events import event_append_txn
 from runtime.keys import (
     given_key_check,
@@ -39,9 +38,10 @@ from runtime.policy import (
     task_scope,
     task_scope_sql,
 )
+from runtime.rules.admission import task_admission_check
 from runtime.sqlfiles import queries
 from runtime.text import name_check
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+from runtime.transitions import OperationStatus, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
 
@@ -416,81 +416,6 @@ def tasks_pending_operation_ids(task_ids: list[str], per_task: int = 100) -> dic
         if len(pending[task_id]) < per_task:
             pending[task_id].append(op_id)
     return pending
-
-
-@dataclass(frozen=True)
-class _Admission:
-    """What admission reads of a task (its row, at ``now``)."""
-
-    condition: str
-    cancellation: str
-    paused: bool
-    deadline: datetime | None
-    now: datetime
-
-
-@dataclass(frozen=True)
-class AdmissionRefusal:
-    """One reason a task admits no new work: its code and message, and the same test twice,
-    in Python over the task's facts and in SQL over the task row ``{t}`` at ``{now}``."""
-
-    code: str
-    message: str
-    applies: Callable[[_Admission], bool]
-    sql: str
-
-
-# In the order they are checked. task_admission_check runs the Python tests; the proposal
-# statement refuses inside itself with admission_refusal_sql, rendered from the SQL ones
-# (tests/runtime/test_hotpath.py runs both over every combination).
-ADMISSION_REFUSALS: tuple[AdmissionRefusal, ...] = (
-    AdmissionRefusal(
-        "task_cancelled",
-        "the task was cancelled",
-        lambda a: a.cancellation != Cancellation.NONE,
-        f"{{t}}.cancellation <> '{Cancellation.NONE}'",
-    ),
-    AdmissionRefusal(
-        "task_terminal",
-        "the task has ended",
-        lambda a: a.condition == TaskCondition.TERMINAL,
-        f"{{t}}.condition = '{TaskCondition.TERMINAL}'",
-    ),
-    AdmissionRefusal("task_paused", "the task is paused", lambda a: a.paused, "{t}.paused"),
-    AdmissionRefusal(
-        "deadline_exceeded",
-        "the task's deadline has passed",
-        lambda a: a.deadline is not None and a.now >= a.deadline,
-        "{now} >= {t}.deadline",
-    ),
-)
-_ADMISSION_REFUSALS_BY_CODE = {r.code: r for r in ADMISSION_REFUSALS}
-
-
-def task_admission_check(
-    *, condition: str, cancellation: str, paused: bool, deadline: datetime | None, now: datetime
-) -> None:
-    """Raise TaskRefused with the contract's code when the task admits no new work. Pure."""
-    facts = _Admission(condition, cancellation, paused, deadline, now)
-    for refusal in ADMISSION_REFUSALS:
-        if refusal.applies(facts):
-            raise TaskRefused(refusal.message, code=refusal.code)
-
-
-def admission_refused(code: str) -> TaskRefused:
-    """The refusal a statement reported by its code (admission_refusal_sql)."""
-    return TaskRefused(_ADMISSION_REFUSALS_BY_CODE[code].message, code=code)
-
-
-def admission_refusal_sql(task: str, now: str) -> str:
-    """A SQL expression over the task row ``task`` that is true when the task admits work at
-    ``now`` and otherwise fails the statement with the refusal's code (``runtime_refuse``,
-    PostgreSQL; runtime.db.refusal_code reads it back)."""
-    whens = "\n".join(
-        f"    WHEN {r.sql.format(t=task, now=now)} THEN runtime_refuse('{r.code}')"
-        for r in ADMISSION_REFUSALS
-    )
-    return f"CASE\n{whens}\n    ELSE true END"
 
 
 def within_task_deadline(expires_at: datetime, deadline: datetime | None) -> datetime:

@@ -36,13 +36,13 @@ from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.publish import WAKE_WAIT, publish
+from runtime.rules.admission import task_admission_check
 from runtime.specs import OperationSpec
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tasks import (
     given_key_validate,
     operation_by_legacy_key,
     operation_key,
-    task_admission_check,
     task_renewal_txn,
     within_task_deadline,
 )

@@ -7,9 +7,9 @@
 - ``runtime`` never imports ``console``: the domain knows nothing of HTTP.
 - ``runtime.worker`` (the Celery tasks) is the top of the runtime: nothing imports it; work is
   published by task name (``runtime.publish``).
-- The bottom layer (models, the transition tables, errors, ids, keys, hashing, text rules,
-  the SQL files' loader)
-  imports nothing of the runtime above it.
+- The bottom layer (models, the transition tables, the rule tables of ``runtime.rules``,
+  errors, ids, keys, hashing, text rules, the SQL files' loader) imports nothing of the runtime
+  above it: a rule is a table over models and transitions, never a service.
 
 Prints each breach and exits 1 when there is one."""
 
@@ -33,6 +33,7 @@ BOTTOM = (
     "runtime.text",
     "runtime.crashpoints",
     "runtime.sqlfiles",
+    "runtime.rules",
 )
 
 

@@ -32,3 +32,11 @@ def test_imports_in_type_checking_and_try_blocks_count(tmp_path):
     path.write_text(source)
     known = {"runtime.operations": path, "runtime.tasks": path, "runtime.m": path}
     assert layers.imports_of("runtime.m", path, known) == {"runtime.operations", "runtime.tasks"}
+
+
+def test_a_rule_table_importing_a_service_breaches_the_bottom_layer():
+    edges = layers.graph()
+    assert "runtime.rules.claim" in edges or "runtime.rules.stop" in edges
+    edges["runtime.rules.stop"] = edges["runtime.rules.stop"] | {"runtime.leases"}
+    problems = layers.breaches(edges)
+    assert any(p.startswith("runtime.rules.stop (bottom layer) imports") for p in problems)

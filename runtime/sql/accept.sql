@@ -17,7 +17,7 @@ WITH op AS (
     updated_at = %(now)s
   WHERE o.id = %(id)s AND (o.status = '{{running}}') IS TRUE
     AND o.lease_generation = %(generation)s AND o.state_version = %(state_version)s
-    AND o.lease_token_digest = %(digest)s AND (o.compensates_id IS NULL) IS TRUE
+    AND o.lease_token_digest = %(digest)s AND {{general_writer_not_needed form="accept"}}
     AND EXISTS (
       SELECT 1 FROM runtime_task t WHERE t.id = o.task_id AND {{not_stopping alias="t"}})
   RETURNING o.id, o.task_id, o.state_version
@@ -61,7 +61,8 @@ WITH r AS (
   FROM r, locked WHERE o.id = r.id AND locked.id = r.id
     AND (o.status = '{{running}}') IS TRUE
     AND o.lease_generation = r.generation AND o.state_version = r.state_version
-    AND o.lease_token_digest = %(digest)s AND (o.compensates_id IS NULL) IS TRUE
+    AND o.lease_token_digest = %(digest)s
+    AND {{general_writer_not_needed form="accept_batch"}}
   RETURNING o.id, o.task_id
 )
 SELECT op.id, t.cancellation, t.condition FROM op JOIN runtime_task t ON t.id = op.task_id

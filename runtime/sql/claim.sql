@@ -2,6 +2,11 @@
 -- event and its invocation, and its announcements consumed (runtime/hotpath.py runs these;
 -- what they do not cover, runtime/leases.py's general claim does).
 --
+-- The guards are two tables' rows, rendered in: `claim_guards`, when operation o of task
+-- t may be claimed (runtime/rules/claim.py, the rows the general claim checks in order), and
+-- `general_writer_not_needed`, what each statement leaves to the general claim
+-- (runtime/rules/general_writer.py).
+--
 -- A guard written `(...) IS TRUE` is one no index can serve: the statements that are handed
 -- their operations' ids guard status and compensation that way, so their rows are found by
 -- id whatever the statistics say (a queue is often analysed while it holds no work, and the
@@ -26,22 +31,10 @@ cancel_requested = false,
 updated_at = %(now)s
 
 
--- name: claim_guards
--- When operation o of task t may be claimed: claimable, not a compensation, due, with
--- attempts left, its task not stopping (the stop rule) nor paused, not gated by an approval,
--- within its deadline.
-(o.status IN {{claim_sources}}) IS TRUE
-AND (o.compensates_id IS NULL) IS TRUE
-AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
-AND o.attempts_used < o.max_attempts
-AND {{not_stopping alias="t"}}
-AND NOT o.approval_required AND NOT t.paused
-AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
-
-
 -- name: claim_one
--- hotpath.claim_txn: the common claim of one operation. A re-dispatch of a budgeted task's
--- operation is left to the general claim (it may have to hold its estimate again).
+-- hotpath.claim_txn: the common claim of one operation. A compensation, and a re-dispatch of
+-- a budgeted task's operation, are left to the general claim (it may have to hold its
+-- estimate again).
 WITH prev AS (
   -- The status the claim leaves, for the journal's "from" (as the general path writes it):
   -- read under the row's lock, so it is the version the UPDATE below replaces. Only a row the
@@ -57,10 +50,8 @@ WITH prev AS (
     {{claim_set}}
   FROM runtime_task t, prev
   WHERE o.id = prev.id AND t.id = o.task_id
-    AND o.executor = %(executor)s
-    AND {{claim_guards}}
-    AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
-    AND (o.attempts_used = 0 OR t.budget = '{}'::jsonb)
+    AND {{claim_guards executor="%(executor)s" supported="%(supported)s"}}
+    AND {{general_writer_not_needed form="claim"}}
   RETURNING {{operation_columns alias="o"}},
     t.budget AS task_budget, prev.status AS from_status
 ), task AS (
@@ -81,17 +72,15 @@ FROM op, task
 
 
 -- name: claim_batch_pick
--- hotpath.claim_batch_txn, first statement: the batch's claimable operations of unbudgeted
--- tasks, locked in ascending id (skipping rows another claimant holds), moved to running;
+-- hotpath.claim_batch_txn, first statement: the batch's claimable worker-run operations of
+-- unbudgeted tasks, locked in ascending id (skipping rows another claimant holds), moved to running;
 -- then their task rows locked in ascending id, after the operation rows (the lock order).
 WITH pick AS (
   SELECT o.id, o.status AS from_status FROM runtime_operation o
     JOIN runtime_task t ON t.id = o.task_id
   WHERE o.id = ANY(%(ids)b::varchar[])
-    AND o.executor = 'worker'
-    AND {{claim_guards}}
-    AND (o.tool || ':' || o.tool_version) = ANY(%(tools)b)
-    AND t.budget = '{}'::jsonb
+    AND {{claim_guards executor="%(executor)s" supported="%(tools)b"}}
+    AND {{general_writer_not_needed form="claim_batch"}}
   ORDER BY o.id
   FOR UPDATE OF o SKIP LOCKED
 ), op AS (

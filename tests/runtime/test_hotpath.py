@@ -43,7 +43,7 @@ def test_the_proposal_statement_refuses_as_the_python_rule_does(
 
     from runtime.db import refusal_code
     from runtime.errors import TaskRefused
-    from runtime.tasks import admission_refusal_sql, task_admission_check
+    from runtime.rules.admission import admission_refusal_sql, task_admission_check
 
     now = timezone.now()
     due = None if deadline is None else now + timedelta(seconds=deadline)

@@ -17,7 +17,8 @@ WITH r AS (
   FROM r, locked WHERE o.id = r.id AND locked.id = r.id
     AND (o.status = 'running') IS TRUE
     AND o.lease_generation = r.generation AND o.state_version = r.state_version
-    AND o.lease_token_digest = %(digest)s AND (o.compensates_id IS NULL) IS TRUE
+    AND o.lease_token_digest = %(digest)s
+    AND (o.compensates_id IS NULL) IS TRUE
   RETURNING o.id, o.task_id
 )
 SELECT op.id, t.cancellation, t.condition FROM op JOIN runtime_task t ON t.id = op.task_id

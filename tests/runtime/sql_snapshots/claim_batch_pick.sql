@@ -2,15 +2,16 @@ WITH pick AS (
   SELECT o.id, o.status AS from_status FROM runtime_operation o
     JOIN runtime_task t ON t.id = o.task_id
   WHERE o.id = ANY(%(ids)b::varchar[])
-    AND o.executor = 'worker'
     AND (o.status IN ('pending', 'retry_scheduled')) IS TRUE
-    AND (o.compensates_id IS NULL) IS TRUE
+    AND o.executor = %(executor)s
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
-    AND o.attempts_used < o.max_attempts
     AND t.cancellation = 'none' AND t.condition <> 'terminal'
-    AND NOT o.approval_required AND NOT t.paused
+    AND NOT t.paused
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
-    AND (o.tool || ':' || o.tool_version) = ANY(%(tools)b)
+    AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(tools)b))
+    AND o.attempts_used < o.max_attempts
+    AND NOT o.approval_required
+    AND (o.compensates_id IS NULL) IS TRUE
     AND t.budget = '{}'::jsonb
   ORDER BY o.id
   FOR UPDATE OF o SKIP LOCKED

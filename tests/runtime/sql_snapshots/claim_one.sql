@@ -24,15 +24,16 @@ WITH prev AS (
     updated_at = %(now)s
   FROM runtime_task t, prev
   WHERE o.id = prev.id AND t.id = o.task_id
-    AND o.executor = %(executor)s
     AND (o.status IN ('pending', 'retry_scheduled')) IS TRUE
-    AND (o.compensates_id IS NULL) IS TRUE
+    AND o.executor = %(executor)s
     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= %(now)s)
-    AND o.attempts_used < o.max_attempts
     AND t.cancellation = 'none' AND t.condition <> 'terminal'
-    AND NOT o.approval_required AND NOT t.paused
+    AND NOT t.paused
     AND (COALESCE(o.deadline, t.deadline) IS NULL OR COALESCE(o.deadline, t.deadline) > %(now)s)
     AND (%(executor)s <> 'worker' OR (o.tool || ':' || o.tool_version) = ANY(%(supported)s))
+    AND o.attempts_used < o.max_attempts
+    AND NOT o.approval_required
+    AND (o.compensates_id IS NULL) IS TRUE
     AND (o.attempts_used = 0 OR t.budget = '{}'::jsonb)
   RETURNING o.id, o.task_id, o.attempt_id, o.kind, o.tool, o.tool_version, o.step, o.intent_version,
     o.params, o.params_hash, o.idempotency_key, o.executor, o.status, o.state_version,
