@@ -198,6 +198,10 @@ def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
     run = start()
     assert run.finish() == 0, run.text
     assert "refund success" in run.text, run.text
+    # Run once more after the end: the finished thread answers its outcome, asking nothing.
+    again = start()
+    assert again.finish() == 0, again.text
+    assert "refund success" in again.text and "model asked" not in again.text, again.text
     _assert_one_charge(f"langgraph:{thread}", amount)
     assert Task.objects.filter(external_id=f"langgraph:{thread}").count() == 1
 
