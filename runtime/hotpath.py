@@ -11,11 +11,15 @@ inserts before it can lock the task row (lock order), so when the task refuses n
 fails the statement instead (``runtime_refuse``, migration 0012), which undoes the insert; it
 can therefore run as its own transaction (autocommit).
 
-The budget ledger is not in these statements: a task with a budget declines proposal and
-acceptance to the general path (``ledger_needed``; its guarded meter UPDATEs hold and settle
-in the same transaction, so concurrent admissions never pass a limit), and the claim statement
-covers a budgeted task's first dispatch only (a re-dispatch may have to hold again). A task
-without a budget keeps the pinned statement counts.
+What these statements leave to the general writers, because only those carry its side
+effects, is one table, ``runtime.rules.general_writer``: each form asks
+``general_writer_needed`` before it acts, and its statement guards with the same rows' SQL. The
+budget ledger is one such case: a task with a budget declines proposal and acceptance to the
+general path (its guarded meter UPDATEs hold and settle in the same transaction, so concurrent
+admissions never pass a limit), and the claim statement covers a budgeted task's first
+dispatch only (a re-dispatch may have to hold again). A task without a budget keeps the pinned
+statement counts. Compensations, unresolved calls and endings the possible-effect rule must
+decide are the others.
 
 Locks: each CTE chain updates the operation row first and only then the task row (the task
 CTE reads the operation CTE's RETURNING, which forces that order): the global lock order.
@@ -117,15 +121,6 @@ def enabled() -> bool:
     """``dialect.one_statement_forms()``, under the name the simulation still calls it by
     (runtime/simulation/world.py); the runtime asks the dialect."""
     return dialect.one_statement_forms()
-
-
-def ledger_needed(budget: dict[str, Any] | None) -> bool:
-    """Whether the task's budget makes the ledger part of a proposal or an acceptance. These
-    statements carry no ledger: for a task with a budget the caller declines to the general
-    path, whose guarded meter UPDATEs hold and settle in the same transaction
-    (``runtime.budgets``). The claim statement declines by itself (``claim_one`` in
-    runtime/sql/claim.sql)."""
-    return bool(budget)
 
 
 def _deltas(source: str | None, target: str) -> dict[str, int]:

@@ -62,6 +62,13 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_claim, can_propose, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.rules.admission import task_admission_check
+from runtime.rules.general_writer import (
+    ACCEPT,
+    ACCEPT_BATCH,
+    PROPOSE,
+    FastFacts,
+    general_writer_needed,
+)
 from runtime.specs import OperationSpec
 from runtime.statemachine import (
     fast_ending_allowed,
@@ -239,7 +246,8 @@ def _propose(
         timeout_seconds=spec.timeout_seconds,
         deadline=task.deadline,
     )
-    if dialect.one_statement_forms() and not gated and not hotpath.ledger_needed(task.budget):
+    fast = FastFacts(gated=gated, budget=lambda: task.budget)
+    if dialect.one_statement_forms() and general_writer_needed(PROPOSE, fast) is None:
         # One statement: INSERT ... ON CONFLICT DO NOTHING with the event and the outbox row,
         # admission checked inside it under the task's row lock (a refusal fails the statement,
         # which then wrote nothing); _statement_block says in which transaction. (A task with a
@@ -508,14 +516,29 @@ def lease_report(
 
 def _fast_acceptable(snapshot: Operation, lease_generation: int, state_version: int) -> bool:
     """Whether the claim's snapshot may decide the acceptance in one statement: it is the claim
-    reported under, of a plain call (not a compensation) of a task without a ledger to settle."""
+    reported under, and nothing about the work needs the general writer (rules.general_writer:
+    a compensation, a task with a ledger to settle)."""
     return (
         dialect.one_statement_forms()
         and snapshot.lease_generation == lease_generation
         and snapshot.state_version == state_version
-        and snapshot.compensates_id is None
-        # Limits: a budgeted task's settlement runs on the general path.
-        and not hotpath.ledger_needed(task_budget(snapshot.task_id))
+        and general_writer_needed(ACCEPT, _accept_facts(snapshot)) is None
+    )
+
+
+def _accept_facts(
+    op: Operation, decision: hotpath.Acceptance | None = None, *, form: str = ACCEPT
+) -> FastFacts:
+    """What an acceptance knows before it writes: the claim's snapshot and, once decided, the
+    report's target and whether the one statement writes what the possible-effect rule would
+    (runtime.statemachine.fast_ending_allowed)."""
+    return FastFacts(
+        compensates_id=op.compensates_id,
+        attempts_used=op.attempts_used,
+        budget=lambda: task_budget(op.task_id),
+        target=None if decision is None else decision.target,
+        ending_allowed=decision is None
+        or fast_ending_allowed(op, decision.target, decision.invocation_outcome),
     )
 
 
@@ -642,12 +665,10 @@ def _accept_fast_txn(
     decision = report_decision(
         snapshot, report, adapter=adapters().get(snapshot.tool), stopping=False, now=now, rng=rng
     )
-    if decision.target == S.UNRESOLVED or not fast_ending_allowed(
-        snapshot, decision.target, decision.invocation_outcome
-    ):
-        # Rare, and a person must hear of it: the general path's writer notes it
-        # (runtime.statemachine, runtime.notify_events); an ending after an earlier call is
-        # the writer's to decide (its possible-effect rule reads the calls).
+    if general_writer_needed(ACCEPT, _accept_facts(snapshot, decision)) is not None:
+        # Rare, and a person must hear of it: the general path's writer notes an unresolved
+        # call (runtime.statemachine, runtime.notify_events); an ending after an earlier call
+        # is the writer's to decide (its possible-effect rule reads the calls).
         return None
     accepted = hotpath.accept_txn(
         snapshot,
@@ -925,7 +946,7 @@ def operations_report_batch(
     decided = [
         (op, d)
         for op, d in decided
-        if d.target != S.UNRESOLVED and fast_ending_allowed(op, d.target, d.invocation_outcome)
+        if general_writer_needed(ACCEPT_BATCH, _accept_facts(op, d)) is None
     ]
 
     def accept() -> set[str]:
