@@ -29,7 +29,14 @@ from runtime.models import Approval, Attempt, Operation, RejectedObservation, Ta
 from runtime.notify_events import task_failed_noticed_txn, unresolved_noticed_txn
 from runtime.stoprule import CONFIRMED_OUTCOMES, unconfirmed_calls_txn
 from runtime.tools import Contract, contract_of
-from runtime.transitions import APPROVAL, OPERATION, TASK, OperationStatus, TaskOutcome
+from runtime.transitions import (
+    APPROVAL,
+    CANCELLATION,
+    OPERATION,
+    TASK,
+    OperationStatus,
+    TaskOutcome,
+)
 
 S = OperationStatus
 
@@ -235,11 +242,16 @@ def task_transition_txn(
     data: dict[str, Any] | None = None,
 ) -> Transitioned:
     """Change a task's own fields (condition, outcome, cancellation, pause) under its state
-    version. Preconditions as for operations; ``task`` carries what the caller observed."""
+    version. Preconditions as for operations; ``task`` carries what the caller observed. A new
+    condition must be an edge of the TASK table and a new cancellation one of the CANCELLATION
+    table (InvalidTransition otherwise)."""
     values = dict(fields)
     if target_condition is not None and target_condition != task.condition:
         TASK.check(task.condition, target_condition)
         values["condition"] = target_condition
+    cancellation = values.get("cancellation", task.cancellation)
+    if cancellation != task.cancellation:
+        CANCELLATION.check(task.cancellation, cancellation)
     touched = Task.objects.filter(
         pk=task.pk, state_version=task.state_version, condition=task.condition
     ).update(state_version=F("state_version") + 1, updated_at=now, **values)

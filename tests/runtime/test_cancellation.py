@@ -6,11 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from runtime.cancellation import task_cancel
+from runtime.errors import InvalidTransition
 from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Execution, Operation, OutboxMessage, Task
+from runtime.statemachine import task_transition_txn
+from runtime.transitions import Cancellation
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]
@@ -50,3 +54,41 @@ def test_work_whose_worker_vanished_is_settled_and_the_task_becomes_quiescent():
         "terminal",
         "cancelled",
     )
+
+
+@pytest.mark.django_db
+def test_the_task_writer_refuses_a_cancellation_move_the_table_lacks():
+    """The task writer checks a change of ``cancellation`` against the CANCELLATION table (as it
+    checks the condition against TASK): a task whose cancellation was never requested cannot be
+    made quiescent, nor can an acknowledged one go back; nothing is written."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    version = task.state_version
+    for source, target in (
+        (Cancellation.NONE, Cancellation.QUIESCENT),
+        (Cancellation.NONE, Cancellation.ACKNOWLEDGED),
+    ):
+        assert task.cancellation == source
+        with pytest.raises(InvalidTransition), transaction.atomic():
+            task_transition_txn(
+                task,
+                now=timezone.now(),
+                actor="user:test",
+                fields={"cancellation": target},
+                event_type="task.cancel_acknowledged",
+            )
+    task.refresh_from_db()
+    assert (task.cancellation, task.state_version) == (Cancellation.NONE, version)
+    task_cancel(owner.actor, task.pk, reason="done with it")
+    task.refresh_from_db()
+    assert task.cancellation == Cancellation.QUIESCENT
+    with pytest.raises(InvalidTransition), transaction.atomic():
+        task_transition_txn(
+            task,
+            now=timezone.now(),
+            actor="user:test",
+            fields={"cancellation": Cancellation.REQUESTED},
+            event_type="task.cancel_requested",
+        )
+    task.refresh_from_db()
+    assert task.cancellation == Cancellation.QUIESCENT
