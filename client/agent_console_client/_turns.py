@@ -3,7 +3,14 @@ each model request is an agent-executed operation of the console's built-in ``mo
 the step ``run:<run_key>:turn:<n>`` (n counts the run's requests from 1), proposed with an
 estimate of ``model_tokens``, claimed, and completed with the tokens used and the response (in
 the framework's own serialised form). A turn the console already holds a response for is
-replayed instead of asked again, so a restarted run's tool calls keep their ids."""
+replayed instead of asked again, so a restarted run's tool calls keep their ids.
+
+A turn a policy holds for a person's approval (the run's model tool declared with an approval
+rule) waits for the decision as a tool call does, following the task's events: approved, it is
+claimed and the model asked; denied (or expired, cancelled undecided), the run ends with
+``ModelCallDenied`` carrying the operator's reason in the words a denied tool call gives the
+model. A model request has no tool result to carry a refusal, so it is raised, as the console's
+other refusals of a turn's proposal (budget, policy, parameters) are."""
 
 from __future__ import annotations
 
@@ -13,15 +20,23 @@ from typing import Any
 
 from agent_console_client._async import AsyncClient, AsyncLease
 from agent_console_client.errors import NotClaimable
-from agent_console_client.models import Operation
+from agent_console_client.models import ALL_STATUSES, Operation
 
 # An agent-run operation it may claim (a retry once it is due).
 CLAIMABLE = frozenset({"pending", "retry_scheduled"})
+WAITING_APPROVAL = "waiting_approval"
+# Where a turn's wait for a person ends: any status but the wait.
+DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
 
 
 class ModelCallEnded(RuntimeError):
     """The console ended a turn's model call without a recorded response (failed, cancelled,
     expired, or handed to a person): the run cannot go on from it."""
+
+
+class ModelCallDenied(ModelCallEnded):
+    """A person denied a turn's model call (or its approval expired undecided); the message is
+    the one a denied tool call gives the model: ``Denied by <who>: <reason>``."""
 
 
 class Turns:
@@ -34,6 +49,7 @@ class Turns:
         tool: str,
         estimate_tokens: int,
         poll_seconds: float,
+        approval_timeout: float | None = None,
     ) -> None:
         self.client = client
         self.task_id = task_id
@@ -41,6 +57,7 @@ class Turns:
         self.tool = tool
         self.estimate_tokens = estimate_tokens
         self.poll_seconds = poll_seconds
+        self.approval_timeout = approval_timeout
         self.count = 0
         self.replayed = 0
 
@@ -62,8 +79,14 @@ class Turns:
     async def hold(self, op: Operation, stack: AsyncExitStack) -> AsyncLease | dict[str, Any]:
         """A lease on the turn's operation (entered on ``stack``), or its recorded result. A
         turn whose last claimant died stays ``running`` until its lease lapses and the sweeper
-        makes it claimable again: that wait is polled, as is a retry not due yet."""
+        makes it claimable again: that wait is polled, as is a retry not due yet. A turn held
+        for approval waits for the decision (OperationTimeout after ``approval_timeout``)."""
         while True:
+            if op.status == WAITING_APPROVAL:
+                op = await self.client.wait_operation(
+                    op.id, until=DECIDED, timeout=self.approval_timeout
+                )
+                continue
             if op.status == "succeeded":
                 self.replayed += 1
                 if not isinstance(op.result, dict) or "response" not in op.result:
@@ -77,6 +100,10 @@ class Turns:
                 else:
                     return lease
             elif op.status != "running":
+                approval = op.approval
+                if approval is not None and approval.status not in ("approved", "released"):
+                    who = approval.decided_by or "the console"
+                    raise ModelCallDenied(f"Denied by {who}: {approval.reason or op.status}")
                 raise ModelCallEnded(
                     f"model call {op.id} ({op.step}) is {op.status}: {op.status_reason}"
                 )

@@ -42,7 +42,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from pydantic import TypeAdapter
 
 from agent_console_client._async import AsyncClient, AsyncLease
-from agent_console_client._turns import ModelCallEnded, Turns
+from agent_console_client._turns import ModelCallDenied, ModelCallEnded, Turns
 from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import TERMINAL_STATUSES, Operation
 
@@ -172,6 +172,7 @@ class ConsoleModel(Model):
         estimate_tokens: int = 1000,
         tool: str = "model.call",
         poll_seconds: float = 0.5,
+        approval_timeout: float | None = None,
     ) -> None:
         self.wrapped = wrapped
         self.client = client
@@ -183,6 +184,7 @@ class ConsoleModel(Model):
             tool=tool,
             estimate_tokens=estimate_tokens,
             poll_seconds=poll_seconds,
+            approval_timeout=approval_timeout,
         )
 
     async def _record(self, lease: AsyncLease, response: ModelResponse) -> None:
@@ -291,4 +293,4 @@ class ConsoleModel(Model):
             )
 
 
-__all__: Sequence[str] = ["ConsoleModel", "ModelCallEnded", "console_tool"]
+__all__: Sequence[str] = ["ConsoleModel", "ModelCallDenied", "ModelCallEnded", "console_tool"]

@@ -52,7 +52,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agent_console_client._async import AsyncClient, AsyncLease
-from agent_console_client._turns import ModelCallEnded, Turns
+from agent_console_client._turns import ModelCallDenied, ModelCallEnded, Turns
 from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
@@ -213,6 +213,7 @@ class ConsoleModel(WrapperModel):
         tool: str = "model.call",
         run_key: str = "main",
         poll_seconds: float = 0.5,
+        approval_timeout: float | None = None,
     ) -> None:
         super().__init__(wrapped)
         self.client = client
@@ -226,6 +227,7 @@ class ConsoleModel(WrapperModel):
             tool=tool,
             estimate_tokens=estimate_tokens,
             poll_seconds=poll_seconds,
+            approval_timeout=approval_timeout,
         )
 
     async def _record(self, lease: AsyncLease, response: ModelResponse) -> None:
@@ -310,6 +312,7 @@ def console_toolset(
 __all__: Sequence[str] = [
     "ConsoleModel",
     "ConsoleToolset",
+    "ModelCallDenied",
     "ModelCallEnded",
     "console_toolset",
     "decisions_for",

@@ -3,7 +3,8 @@ console reaches the model with its reason (LangGraph: through the interrupt the 
 OpenAI Agents: the function tool's wait); parameters the console refuses reach the model as a
 failed tool result, never a traceback (each adapter); and an OpenAI Agents streamed run is a
 recorded turn that a restarted run replays without asking the model, as is a Pydantic AI one
-(``run_stream``, then ``iter``).
+(``run_stream``, then ``iter``); a model turn a policy holds for approval waits for the decision
+(approved: asked, recorded, replayed; denied: ModelCallDenied with the reason).
 
 (Here, not beside the Pydantic AI example's tests: the browser those use keeps an event loop
 running in this thread, and these run their agents with ``asyncio.run``.)"""
@@ -19,7 +20,7 @@ from agent_console_client import AsyncClient
 from agent_console_client.examples.langgraph_refund import after_model, refund_model
 from agent_console_client.examples.refund import issue_refund, refund_script
 from agent_console_client.langgraph import ConsoleThreads
-from agent_console_client.openai_agents import ConsoleModel, console_tool
+from agent_console_client.openai_agents import ConsoleModel, ModelCallDenied, console_tool
 from agent_console_client.pydantic_ai import ConsoleModel as PydanticConsoleModel
 from agent_console_client.pydantic_ai import ConsoleToolset, run_with_console
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
@@ -33,6 +34,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from runtime.models import Operation
+from runtime.tool_declarations import tool_declare
+from runtime.tools.declared import declarations_forget
 from tests import factories
 from tests.conftest import Server
 
@@ -50,6 +53,21 @@ async def _deny_first_approval(server: Server, token: str, task_key: str) -> str
             if pending:
                 await operator.decide(pending[0].id, "deny", reason=REASON)
                 return pending[0].id
+            await asyncio.sleep(0.05)  # polling the API for the approval to appear
+
+
+async def _decide_first_approval(server: Server, token: str, task_key: str, decision: str) -> str:
+    """As an operator: wait for the task's first pending approval and decide it."""
+    async with AsyncClient(base_url=server.url, token=token) as operator:
+        while True:
+            task = await operator.find_task(task_key)
+            pending = await operator.list_approvals(task=task.id) if task else []
+            if pending:
+                approval = pending[0]
+                await operator.decide(
+                    approval.id, decision, reason=REASON, params_hash=approval.params_hash
+                )
+                return approval.id
             await asyncio.sleep(0.05)  # polling the API for the approval to appear
 
 
@@ -314,3 +332,64 @@ def test_a_pydantic_ai_streamed_run_is_a_recorded_turn_a_restart_replays(server:
     assert isinstance(turn.result, dict)
     assert turn.result["response"]["parts"][0]["content"] == "refund sent"
     assert posted > 0
+
+
+def test_a_model_turn_held_for_approval_waits_for_the_decision(server: Server) -> None:
+    """A run whose model tool a policy gates (an agent-run tool declared with ``always``): the
+    turn waits for the operator; approved, the model is asked and its answer recorded (a
+    restarted run replays it without asking); denied, the run ends with ModelCallDenied naming
+    the operator's reason, the model never asked."""
+    set_tracing_disabled(True)
+    admin, operator = factories.console_user("admin"), factories.console_user("operator")
+    tool_declare(
+        admin.actor,
+        {
+            "name": "acme.llm.gated",
+            "kind": "agent",
+            "contract": "pure",
+            "description": "A model call an operator must allow.",
+            "params_schema": {"type": "object"},
+            "approval": {"required": "always"},
+        },
+    )
+    principal = factories.agent()
+    usage = Usage(requests=1, input_tokens=4, output_tokens=2, total_tokens=6)
+    # One scripted answer: a second request of the model would raise UnexpectedModelCall.
+    scripted = ScriptedModel(
+        [ModelResponse(output=[assistant_message("allowed")], usage=usage, response_id=None)]
+    )
+
+    async def run(console: AsyncClient, task_id: str) -> str:
+        model = ConsoleModel(
+            scripted, client=console, task_id=task_id, tool="acme.llm.gated", approval_timeout=30
+        )
+        return str((await Runner.run(Agent(name="g", model=model), "go")).final_output)
+
+    async def scenario() -> tuple[list[str], str]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            allowed = await console.get_or_create_task("gated-yes", "gated model")
+            decided = asyncio.create_task(
+                _decide_first_approval(server, operator.token, "gated-yes", "approve")
+            )
+            outputs = [(await asyncio.gather(run(console, allowed.id), decided))[0]]
+            outputs.append(await run(console, allowed.id))  # the restarted run
+            refused = await console.get_or_create_task("gated-no", "gated model")
+            decided = asyncio.create_task(
+                _decide_first_approval(server, operator.token, "gated-no", "deny")
+            )
+            with pytest.raises(ModelCallDenied) as denial:
+                await asyncio.gather(run(console, refused.id), decided)
+            return outputs, str(denial.value)
+
+    try:
+        outputs, denial = asyncio.run(scenario())
+    finally:
+        declarations_forget()
+    assert outputs == ["allowed", "allowed"]
+    assert len(scripted.calls) == 1
+    assert REASON in denial and operator.actor.name in denial, denial
+    yes = Operation.objects.get(task__external_id="gated-yes", tool="acme.llm.gated")
+    assert (yes.step, yes.status) == ("run:main:turn:1", "succeeded")
+    assert yes.result["response"]["output"][0]["content"][0]["text"] == "allowed"
+    no = Operation.objects.get(task__external_id="gated-no", tool="acme.llm.gated")
+    assert no.status != "succeeded" and no.approvals.get().status == "denied"
