@@ -390,6 +390,7 @@ def test_a_model_turn_held_for_approval_waits_for_the_decision(server: Server) -
     assert REASON in denial and operator.actor.name in denial, denial
     yes = Operation.objects.get(task__external_id="gated-yes", tool="acme.llm.gated")
     assert (yes.step, yes.status) == ("run:main:turn:1", "succeeded")
+    assert yes.result is not None
     assert yes.result["response"]["output"][0]["content"][0]["text"] == "allowed"
     no = Operation.objects.get(task__external_id="gated-no", tool="acme.llm.gated")
     assert no.status != "succeeded" and no.approvals.get().status == "denied"
