@@ -32,9 +32,11 @@ from runtime.simulation.facts import contract
 from runtime.simulation.schedule import Step, Violation
 from runtime.simulation.world import (
     ARTIFACTS,
+    GATED_VARIANT,
     HOSTILE_STEPS,
     MAX_TASKS,
     REPORT,
+    VARIANTS,
     Held,
     WorldCore,
 )
@@ -242,7 +244,10 @@ class World(WorldCore):
     def do_decide(self, step: Step) -> str:
         approval = self._pick(self._approvals(A.PENDING), step.a)
         if approval is None:
-            return "nothing"
+            # Nothing to decide yet: what a decision needs arrives, a charge above the approval
+            # threshold (any proposal would rarely be one, and so decisions would be rare).
+            gated = step.b - step.b % len(VARIANTS) + VARIANTS.index(GATED_VARIANT)
+            return "request: " + self.do_propose(Step("propose", step.a, gated, step.fault))
         decision = "approve" if step.b % 3 else "deny"
         operator = self.operators[step.b % 2]
 
@@ -259,7 +264,7 @@ class World(WorldCore):
 
         call()
         note = f"{decision} {approval.pk[-6:]}" + self._lost(step, call)
-        if decision == "approve" and step.a % 2 == 0:
+        if decision == "approve" and step.a % 4 != 3:
             # Approved just before the request ran out, and a worker arrives just after: the
             # release itself must see the expiry (nothing swept it yet).
             ends = Approval.objects.filter(pk=approval.pk).values_list("expires_at", flat=True)

@@ -55,6 +55,8 @@ TOOLS: tuple[tuple[str, dict[str, Any], str], ...] = (
     ("demo.echo", {"n": 4, "_usage": {"tokens": 2}}, "agent"),
     ("demo.payments.charge", {"account": "declined-sim", "amount_cents": 700}, "worker"),
 )
+# The charge above the approval threshold (10000 cents): what a person must decide.
+GATED_VARIANT = 2
 WAIT_VARIANTS = 2  # a signal wait, a timer
 # A proposal's variant: an index into TOOLS, or past it a wait. Effects with a contract to
 # honour (a small charge, a reservation, a notification) and usage on a meter come up more
