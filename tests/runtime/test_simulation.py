@@ -63,11 +63,11 @@ PLANTS = [
     ("stale-accept", 1, 53),
     ("stop-unlocked", 8, 57),
     ("release-expired", 2, 45),
-    ("confirmed-widened", 6, 100),
+    ("confirmed-widened", 6, 125),
     ("meter-dropped", 3, 60),
     ("settle-keeps-hold", 12, 10),
     ("lookup-skipped", 14, 24),
-    ("child-unbooked", 3, 121),
+    ("child-unbooked", 6, 125),
     ("saga-skips", 14, 41),
 ]
 
