@@ -123,3 +123,17 @@ def task_get_or_create_once(
         actor, TaskSpec(name="keyed", input={"n": 1}, external_id=external_id)
     )
     out.put((task.pk, created))
+
+
+def client_get_or_create_once(
+    url: str, token: str, external_id: str, barrier: Any, out: Any
+) -> None:
+    """As an agent process would: a client of the running server, get-or-create its task
+    under ``external_id`` once the barrier lets every process go; report the task's id. No
+    retries: a loser of the race must be answered right the first time, not after a 5xx."""
+    from agent_console_client import Client, RetryPolicy
+
+    with Client(base_url=url, token=token, retry=RetryPolicy(attempts=1)) as console:
+        barrier.wait()
+        task = console.get_or_create_task(external_id, "keyed", {"n": 1})
+    out.put(task.id)

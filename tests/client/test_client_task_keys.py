@@ -1,16 +1,20 @@
 """The client's get-or-create by the caller's key (issue 38, point 2) against the real server:
 a restarted agent (a new client) finds its task again under the same ``external_id``, other
-input under it is IdempotencyKeyReused, and ``find_task`` reads it back; sync and async."""
+input under it is IdempotencyKeyReused, and ``find_task`` reads it back; sync and async. Agent
+processes started together behind a barrier, each with its own client and no retries,
+get-or-create one task under one key, each answered right the first time."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 
 import pytest
 from agent_console_client import AsyncClient, Client, RetryPolicy, errors
 
-from runtime.models import Task
+from runtime.models import Event, Task
 from tests import factories
+from tests.processes import client_get_or_create_once
 
 pytestmark = pytest.mark.postgres
 
@@ -49,3 +53,27 @@ def test_the_async_client_gets_or_creates_by_key(server):
 
     first, second, found = asyncio.run(twice())
     assert first == second == found
+
+
+def test_agent_processes_getting_or_creating_one_key_at_once_make_one_task(server):
+    agent = factories.agent()
+    ctx = multiprocessing.get_context("spawn")
+    processes = 3
+    barrier = ctx.Barrier(processes, timeout=120)
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=client_get_or_create_once,
+            args=(server.url, agent.token, "nightly-run", barrier, out),
+        )
+        for _ in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0  # each got its answer (a refused or failed one raises)
+    ids = [out.get(timeout=10) for _ in procs]
+    (task,) = Task.objects.filter(agent_id=agent.actor.agent_id)
+    assert set(ids) == {task.pk} and task.external_id == "nightly-run"
+    assert Event.objects.filter(task=task, type="task.created").count() == 1
