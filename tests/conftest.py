@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
-from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,6 +49,9 @@ def _flush_by_delete(
 
 
 _TRUNCATE_FLUSH = PostgresOperations.sql_flush
+# The sqlite3 backend imports its operations through its base module (a direct import of the
+# operations module first is a circular import in Django).
+SQLiteOperations = SQLiteWrapper.ops_class
 _SQLITE_FLUSH = SQLiteOperations.sql_flush
 
 
