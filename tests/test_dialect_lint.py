@@ -15,12 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DIALECT = "runtime/dialect.py"
 GUARDS = "runtime/db.py"
 PROBES = {"atomic_blocks", "in_atomic_block", "get_autocommit"}
-# Still compared there until the simulation's move (issue 35 point 5) asks runtime.dialect:
-# delete each entry as its file stops comparing (the test below fails on a stale entry).
-PENDING = {
-    "runtime/simulation/clock.py",
-    "tests/runtime/test_simulation.py",
-}
+# Files still comparing a vendor while they move to runtime.dialect (none left): the test below
+# fails on an entry whose file stopped comparing.
+PENDING: set[str] = set()
 
 
 def _vendor(node: ast.AST) -> bool:

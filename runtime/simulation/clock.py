@@ -18,6 +18,8 @@ from unittest import mock
 
 from django.db import connection
 
+from runtime import dialect
+
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
 
 _SHADOWS = """
@@ -53,7 +55,7 @@ class FakeClock:
 
     def push(self) -> None:
         """Tell the database the time (PostgreSQL), before each step."""
-        if connection.vendor != "postgresql":
+        if not dialect.database_clock():
             return
         with connection.cursor() as cur:
             cur.execute(
@@ -73,7 +75,7 @@ class _Broker:
 
 @contextmanager
 def simulated_clock(clock: FakeClock) -> Iterator[FakeClock]:
-    if connection.vendor == "postgresql":
+    if dialect.database_clock():
         with connection.cursor() as cur:
             cur.execute(_SHADOWS)
     shim = SimpleNamespace(now=lambda tz=None: clock.now())
@@ -89,6 +91,6 @@ def simulated_clock(clock: FakeClock) -> Iterator[FakeClock]:
         try:
             yield clock
         finally:
-            if connection.vendor == "postgresql" and connection.connection is not None:
+            if dialect.database_clock() and connection.connection is not None:
                 with connection.cursor() as cur:
                     cur.execute("RESET search_path")
