@@ -492,15 +492,15 @@ SPECTACULAR_SETTINGS = {
     },
     # Same-valued enums share one component instead of a warning and a generated name.
     "ENUM_NAME_OVERRIDES": {
-        "TaskCondition": "runtime.transitions.TaskCondition.ALL",
-        "TaskOutcome": "runtime.transitions.TaskOutcome.ALL",
-        "OperationStatus": "runtime.transitions.OperationStatus.ALL",
-        "Cancellation": "runtime.transitions.Cancellation.ALL",
+        "TaskCondition": "runtime.rules.statuses.TaskCondition.ALL",
+        "TaskOutcome": "runtime.rules.statuses.TaskOutcome.ALL",
+        "OperationStatus": "runtime.rules.statuses.OperationStatus.ALL",
+        "Cancellation": "runtime.rules.statuses.Cancellation.ALL",
         # runtime.models.Operation.KINDS and the error kinds of CompleteIn (models cannot be
         # imported while settings load).
         "OperationKind": ["tool", "wait_signal", "timer"],
         "ErrorKind": ["transient", "permanent"],
-        "ApprovalStatus": "runtime.transitions.ApprovalStatus.ALL",
+        "ApprovalStatus": "runtime.rules.statuses.ApprovalStatus.ALL",
         # runtime.models.Signal.DISPOSITIONS
         "SignalDisposition": ["delivered", "buffered", "duplicate", "late"],
         # runtime.models.Operation.EXECUTORS (an operation's executor, a tool's executors) and

@@ -631,9 +631,9 @@ def verdict(acked: Acked, settled: bool) -> Verdict:
         Task,
         UsageRecord,
     )
+    from runtime.rules.statuses import OperationStatus as S
     from runtime.sandbox import receivers
     from runtime.sandbox.models import Charge, Notification, Reservation
-    from runtime.transitions import OperationStatus as S
 
     v = Verdict(settled=settled)
     now = timezone.now()

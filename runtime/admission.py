@@ -21,8 +21,8 @@ from django.db.models import Q
 from runtime.crashpoints import crash_point
 from runtime.errors import QueueFull
 from runtime.models import Operation, ToolSlot
+from runtime.rules.statuses import OperationStatus
 from runtime.tools import adapters
-from runtime.transitions import OperationStatus
 
 S = OperationStatus
 # Admitted and not yet running: what queue capacity bounds.

@@ -13,7 +13,7 @@ from runtime.errors import InvalidInput, NotFound
 from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
 from runtime.models import Approval, Operation
 from runtime.policy import task_scope
-from runtime.transitions import ApprovalStatus, OperationStatus
+from runtime.rules.statuses import ApprovalStatus, OperationStatus
 
 
 def approval_get(actor: Actor, approval_id: str) -> Approval:

@@ -43,10 +43,10 @@ from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
 from runtime.rules.admission import task_admission_check
+from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import task_renewal_txn, within_task_deadline
 from runtime.tools import adapter_for
-from runtime.transitions import ApprovalStatus, OperationStatus
 
 A = ApprovalStatus
 S = OperationStatus

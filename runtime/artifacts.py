@@ -38,10 +38,10 @@ from runtime.errors import (
 from runtime.events import event_append_txn
 from runtime.models import Artifact, ArtifactStatus, CheckResult, ContentKey, Operation, Task
 from runtime.policy import allowed, can_write_outcomes, task_scope
+from runtime.rules.statuses import TaskCondition
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
 from runtime.text import name_check
-from runtime.transitions import TaskCondition
 
 A = ArtifactStatus
 

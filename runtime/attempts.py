@@ -20,9 +20,9 @@ from runtime.events import event_append_txn
 from runtime.models import Attempt, Operation, Task
 from runtime.policy import can_start_attempt
 from runtime.rules.admission import task_admission_check
+from runtime.rules.statuses import OperationStatus, TaskOutcome
 from runtime.statemachine import attempt_end_txn
 from runtime.tasks import task_get
-from runtime.transitions import OperationStatus, TaskOutcome
 
 T = TypeVar("T")
 

@@ -20,10 +20,10 @@ from runtime.leases import cancel_requested_txn, operation_stop_txn
 from runtime.models import Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 from runtime.statemachine import task_transition_txn
 from runtime.stoprule import stop_covers, stopping
 from runtime.tasks import task_get
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
 S = OperationStatus
 _STOPPABLE = (S.PENDING, S.WAITING_APPROVAL, S.WAITING, S.RETRY_SCHEDULED, S.MANUAL_INTERVENTION)

@@ -14,9 +14,9 @@ from runtime.errors import InvalidInput, UnknownChecker
 from runtime.jsonschemas import json_schema_validate, json_schema_verdict
 from runtime.keys import key_check
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
+from runtime.rules.statuses import OperationStatus
 from runtime.text import name_check
 from runtime.tools import adapter_for
-from runtime.transitions import OperationStatus
 
 R = CheckResult
 

@@ -20,7 +20,7 @@ import logging
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from runtime.models import BudgetHold, Operation, Task
-from runtime.transitions import OperationStatus, TaskCondition
+from runtime.rules.statuses import OperationStatus, TaskCondition
 
 log = logging.getLogger(__name__)
 

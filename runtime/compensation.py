@@ -19,9 +19,9 @@ from runtime.hashing import params_hash
 from runtime.keys import key_compensation
 from runtime.models import Event, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.rules.statuses import OperationStatus
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tools import adapters
-from runtime.transitions import OperationStatus
 
 S = OperationStatus
 log = logging.getLogger(__name__)

@@ -29,9 +29,9 @@ from runtime.ids import new_id
 from runtime.models import Operation, OutboxMessage, Task, TaskCommand
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_control_task
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 from runtime.statemachine import task_transition_txn
 from runtime.tasks import task_get
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
 MAX_DIRECTION = 4000

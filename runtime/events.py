@@ -21,9 +21,9 @@ from django.db import connection, transaction
 
 from runtime.db import db_datetime, fetchone_named
 from runtime.models import Event
+from runtime.rules.statuses import CONDITION_DEFAULT, CONDITION_RULES, OperationStatus
+from runtime.rules.statuses import TaskCondition as C
 from runtime.sqlfiles import Slot, column_list, queries
-from runtime.transitions import CONDITION_DEFAULT, CONDITION_RULES, OperationStatus
-from runtime.transitions import TaskCondition as C
 
 S = OperationStatus
 
@@ -58,7 +58,7 @@ COUNTERS = {S.ACTIVE: "active", S.CLAIMABLE: "claimable", S.BLOCKED: "blocked"}
 
 def condition_case_sql(delta: str = "%(d_{})s") -> str:
     """The SQL CASE deriving a task's condition from its counters plus this statement's deltas,
-    rendered from ``transitions.CONDITION_RULES`` (the rule's one statement). ``delta`` names
+    rendered from ``statuses.CONDITION_RULES`` (the rule's one statement). ``delta`` names
     where a counter's delta comes from: a bound parameter, or a column of a batch's deltas."""
     whens = "".join(
         f"\n  WHEN ops_{COUNTERS[group]} + {delta.format(COUNTERS[group])} > 0 THEN '{condition}'"

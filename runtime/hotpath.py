@@ -24,7 +24,7 @@ decide are the others.
 Locks: each CTE chain updates the operation row first and only then the task row (the task
 CTE reads the operation CTE's RETURNING, which forces that order): the global lock order.
 The transition tables stay the one description of what is allowed: every status set written
-into the SQL is taken from ``runtime.transitions`` when this module loads, and
+into the SQL is taken from ``runtime.rules.statuses`` when this module loads, and
 ``tests/runtime/test_hotpath.py`` checks each guarded source set against
 ``OPERATION.sources_of(target)``.
 
@@ -68,10 +68,10 @@ from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.rules.admission import admission_refusal_sql, admission_refused
 from runtime.rules.claim import CLAIM_SOURCES, claim_guards_sql
 from runtime.rules.general_writer import general_writer_sql
+from runtime.rules.statuses import OperationStatus
 from runtime.rules.stop import not_stopping_sql, stopping
 from runtime.sqlfiles import column_list, queries
 from runtime.statemachine import status_deltas
-from runtime.transitions import OperationStatus
 
 S = OperationStatus
 

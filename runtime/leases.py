@@ -44,6 +44,7 @@ from runtime.models import Invocation, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.reactor import operation_settled_txn
 from runtime.rules.claim import CLAIM_RULES, ClaimFacts, ClaimRule, Settles
+from runtime.rules.statuses import OperationStatus
 from runtime.sqlfiles import queries
 from runtime.statemachine import operation_transition_txn, rejection_record
 from runtime.stoprule import (
@@ -56,7 +57,6 @@ from runtime.stoprule import (
     unconfirmed_calls_txn,
 )
 from runtime.tools import Contract, adapters, contract_of
-from runtime.transitions import OperationStatus
 
 S = OperationStatus
 

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Model, Q, Sum
 
 from runtime.models import Approval, Event, Operation, OutboxMessage, RejectedObservation, TaskCount
-from runtime.transitions import ApprovalStatus, OperationStatus
+from runtime.rules.statuses import ApprovalStatus, OperationStatus
 
 S = OperationStatus
 # Operations a machine or a person still has to move: counted per status and tool. The settled

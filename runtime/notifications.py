@@ -72,8 +72,8 @@ from runtime.policy import (
     fresh,
     notification_scope,
 )
+from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.tasks import TaskSpec, task_create, task_get
-from runtime.transitions import ApprovalStatus, OperationStatus
 
 log = logging.getLogger(__name__)
 K = NotificationKind

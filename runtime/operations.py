@@ -69,6 +69,7 @@ from runtime.rules.general_writer import (
     FastFacts,
     general_writer_needed,
 )
+from runtime.rules.statuses import OPERATION, OperationStatus
 from runtime.specs import OperationSpec
 from runtime.statemachine import (
     fast_ending_allowed,
@@ -92,7 +93,6 @@ from runtime.tools import (
     adapters,
     contract_of,
 )
-from runtime.transitions import OPERATION, OperationStatus
 from runtime.waits import wait_propose
 
 S = OperationStatus

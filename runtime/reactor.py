@@ -27,8 +27,8 @@ from runtime.compensation import saga_next_txn, saga_wanted
 from runtime.crashpoints import crash_point
 from runtime.events import TaskRow
 from runtime.models import Operation, Task
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 from runtime.statemachine import operation_transition_txn, task_transition_txn
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition, TaskOutcome
 
 S = OperationStatus
 

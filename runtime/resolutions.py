@@ -32,10 +32,10 @@ from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
 from runtime.reactor import operation_settled_txn
+from runtime.rules.statuses import OperationStatus
 from runtime.statemachine import operation_transition_txn
 from runtime.stoprule import task_stopping, unconfirmed_calls_txn
 from runtime.tools import Contract, adapters, contract_of
-from runtime.transitions import OperationStatus
 
 S = OperationStatus
 

@@ -46,9 +46,9 @@ from runtime.policy import (
     can_manage_schedule,
     schedule_scope,
 )
+from runtime.rules.statuses import TaskCondition
 from runtime.schedule_owners import owner_can_act_check, owner_inactive_reason, owner_pause_txn
 from runtime.tasks import TaskSpec, task_create_txn, task_spec_check
-from runtime.transitions import TaskCondition
 
 MIN_INTERVAL_SECONDS = 60
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600

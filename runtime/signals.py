@@ -23,9 +23,9 @@ from runtime.errors import InvalidInput
 from runtime.events import event_append_txn
 from runtime.models import Operation, Signal
 from runtime.policy import can_signal
+from runtime.rules.statuses import OperationStatus
 from runtime.stoprule import stopping
 from runtime.tasks import task_get
-from runtime.transitions import OperationStatus
 from runtime.waits import wait_satisfy_txn
 
 S = OperationStatus

@@ -27,9 +27,7 @@ from runtime.errors import Conflict, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
 from runtime.models import Approval, Attempt, Operation, RejectedObservation, Task
 from runtime.notify_events import task_failed_noticed_txn, unresolved_noticed_txn
-from runtime.stoprule import CONFIRMED_OUTCOMES, unconfirmed_calls_txn
-from runtime.tools import Contract, contract_of
-from runtime.transitions import (
+from runtime.rules.statuses import (
     APPROVAL,
     CANCELLATION,
     OPERATION,
@@ -37,6 +35,8 @@ from runtime.transitions import (
     OperationStatus,
     TaskOutcome,
 )
+from runtime.stoprule import CONFIRMED_OUTCOMES, unconfirmed_calls_txn
+from runtime.tools import Contract, contract_of
 
 S = OperationStatus
 

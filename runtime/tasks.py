@@ -39,9 +39,9 @@ from runtime.policy import (
     task_scope_sql,
 )
 from runtime.rules.admission import task_admission_check
+from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
 from runtime.sqlfiles import queries
 from runtime.text import name_check
-from runtime.transitions import OperationStatus, TaskCondition, TaskOutcome
 
 MAX_DEADLINE_SECONDS = 366 * 24 * 3600
 

@@ -37,6 +37,7 @@ from runtime.models import Approval, Operation, Signal, Task
 from runtime.policy import can_manage_waits, can_propose, task_scope
 from runtime.publish import WAKE_WAIT, publish
 from runtime.rules.admission import task_admission_check
+from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.specs import OperationSpec
 from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tasks import (
@@ -47,7 +48,6 @@ from runtime.tasks import (
     within_task_deadline,
 )
 from runtime.text import name_check
-from runtime.transitions import ApprovalStatus, OperationStatus
 
 log = logging.getLogger(__name__)
 S = OperationStatus

@@ -14,9 +14,9 @@ from runtime.executor import operation_execute
 from runtime.leases import Lease, operation_claim
 from runtime.models import Execution, Operation, Task
 from runtime.operations import OperationSpec, Report, operation_propose, operation_report
+from runtime.rules.statuses import OperationStatus
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent, token_issue_for_user
-from runtime.transitions import OperationStatus
 
 _n = itertools.count(1)
 PASSWORD = "correct-horse-battery"

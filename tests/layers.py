@@ -10,6 +10,10 @@
 - The bottom layer (models, the transition tables, the rule tables of ``runtime.rules``,
   errors, ids, keys, hashing, text rules, the SQL files' loader) imports nothing of the runtime
   above it: a rule is a table over models and transitions, never a service.
+- Sizes (limits in ``pyproject.toml``, ``[tool.agent_console.limits]``): no module of ``runtime``
+  over ``module_lines`` lines, no function of ``runtime`` or ``console`` over ``function_lines``
+  (ruff's complexity rules, C901 and PLR0912/PLR0915, bound their branches and statements). A
+  module still being split is named in ``PENDING_SIZES`` until it is; the list only shrinks.
 
 Prints each breach and exits 1 when there is one."""
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +30,7 @@ PACKAGES = ("runtime", "console")
 TOP = "runtime.worker"
 BOTTOM = (
     "runtime.models",
-    "runtime.transitions",
+    "runtime.rules.statuses",
     "runtime.errors",
     "runtime.ids",
     "runtime.keys",
@@ -35,6 +40,79 @@ BOTTOM = (
     "runtime.sqlfiles",
     "runtime.rules",
 )
+
+
+# Modules and functions over the limits while issue 35 splits them: each entry leaves this list
+# when it is split, and nothing joins it.
+PENDING_SIZES: frozenset[str] = frozenset(
+    {
+        "console.management.commands.demo:story_pass",
+        "console.management.commands.runstack:handle",
+        "runtime.approval_gate:approval_release_txn",
+        "runtime.approvals",
+        "runtime.approvals:approval_decide",
+        "runtime.approvals:approval_edit",
+        "runtime.artifacts",
+        "runtime.artifacts:artifact_reconcile",
+        "runtime.artifacts:artifact_upload",
+        "runtime.budgets",
+        "runtime.completion:task_complete",
+        "runtime.executor",
+        "runtime.executor:_drain",
+        "runtime.hotpath",
+        "runtime.hotpath:accept_batch_txn",
+        "runtime.hotpath:propose_txn",
+        "runtime.jsonschema_cycles:reference_cycle",
+        "runtime.leases",
+        "runtime.leases:_claim_txn",
+        "runtime.notifications",
+        "runtime.operations",
+        "runtime.operations:_propose",
+        "runtime.operations:operation_report",
+        "runtime.operations:operations_report_batch",
+        "runtime.operations:report_decision",
+        "runtime.policy",
+        "runtime.ratelimits",
+        "runtime.resolutions:_intervention_resolve",
+        "runtime.resolutions:operation_resolve",
+        "runtime.schedules",
+        "runtime.signals:signal_send",
+        "runtime.simulation.actions",
+        "runtime.simulation.ledger:check_budgets",
+        "runtime.simulation.oracles",
+        "runtime.simulation.oracles:_effects",
+        "runtime.simulation.world",
+        "runtime.statemachine:operation_transition_txn",
+        "runtime.tasks",
+        "runtime.tasks:task_create_txn",
+        "runtime.tool_declarations:tool_edit",
+        "runtime.tools.outbound:http_request",
+        "runtime.waits",
+        "runtime.waits:_propose",
+    }
+)
+
+
+def limits() -> dict[str, int]:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        return tomllib.load(handle)["tool"]["agent_console"]["limits"]
+
+
+def oversized() -> list[str]:
+    """Modules of runtime over module_lines and functions over function_lines, by name
+    (``module`` or ``module:function``), pending ones left out."""
+    bounds = limits()
+    found = []
+    for name, path in sorted(modules().items()):
+        text = path.read_text()
+        if name.startswith("runtime") and len(text.splitlines()) > bounds["module_lines"]:
+            found.append((name, f"{len(text.splitlines())} lines"))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > bounds["function_lines"]:
+                    found.append((f"{name}:{node.name}", f"{length} lines"))
+    return [f"{where} is {size}" for where, size in found if where not in PENDING_SIZES]
 
 
 def modules() -> dict[str, Path]:
@@ -161,7 +239,7 @@ def breaches(edges: dict[str, set[str]] | None = None) -> list[str]:
 
 
 def main() -> int:
-    problems = breaches()
+    problems = breaches() + oversized()
     for problem in problems:
         print(problem)
     if not problems:

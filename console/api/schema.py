@@ -15,7 +15,7 @@ from rest_framework import serializers
 from console.api import serializers as api
 from runtime import resolutions
 from runtime.models import Operation, Signal, TaskCommand
-from runtime.transitions import (
+from runtime.rules.statuses import (
     ApprovalStatus,
     Cancellation,
     OperationStatus,

@@ -51,11 +51,11 @@ from runtime.hashing import params_hash
 from runtime.models import Approval, Operation
 from runtime.notifications import approval_link
 from runtime.operations import operation_get, operation_propose
+from runtime.rules.statuses import OperationStatus
 from runtime.specs import OperationSpec
 from runtime.task_keys import task_get_or_create
 from runtime.tasks import TaskSpec, task_get
 from runtime.tools.base import adapters, tool_catalogue
-from runtime.transitions import OperationStatus
 
 log = logging.getLogger(__name__)
 S = OperationStatus

@@ -24,8 +24,8 @@ from runtime.approval_selectors import approval_history
 from runtime.errors import InvalidInput
 from runtime.history import HistoryFilter
 from runtime.operation_selectors import resolution_history
+from runtime.rules.statuses import ApprovalStatus
 from runtime.tools.base import tool_catalogue
-from runtime.transitions import ApprovalStatus
 
 PAGE_SIZE = 50
 _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -24,8 +24,8 @@ from runtime.actors import Actor
 from runtime.approval_selectors import approval_list, params_diff, pending_approval_tools
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
+from runtime.rules.statuses import ApprovalStatus
 from runtime.text import char_hidden
-from runtime.transitions import ApprovalStatus
 
 # Why a decision was not taken, in the words of the sentence "Nothing was decided on X: ...".
 _CODES = {

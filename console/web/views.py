@@ -32,8 +32,8 @@ from runtime.approval_selectors import approvals_of_task, pending_approval_count
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
+from runtime.rules.statuses import TaskCondition, TaskOutcome
 from runtime.signals import signals_of_task
-from runtime.transitions import TaskCondition, TaskOutcome
 from runtime.waits import expired_wait_count, waits_of_task
 
 # Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF

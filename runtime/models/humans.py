@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import models
 
 from runtime.ids import new_id
-from runtime.transitions import ApprovalStatus
+from runtime.rules.statuses import ApprovalStatus
 
 
 def _approval_id() -> str:

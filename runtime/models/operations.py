@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import models
 
 from runtime.ids import new_id
-from runtime.transitions import OperationStatus
+from runtime.rules.statuses import OperationStatus
 
 
 def _operation_id() -> str:

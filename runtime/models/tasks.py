@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from runtime.ids import new_id
-from runtime.transitions import Cancellation, TaskCondition, TaskOutcome
+from runtime.rules.statuses import Cancellation, TaskCondition, TaskOutcome
 
 
 def _task_id() -> str:

@@ -5,6 +5,7 @@ and what a refusal settles to, so the general writers (Python) and the one-state
 - ``stop``: when a task admits no more covered work, and what a stop makes of work.
 - ``admission``: when a task admits no new work (``ADMISSION_REFUSALS``).
 - ``claim``: when an operation may be claimed (``CLAIM_RULES``).
+- ``statuses``: the transition tables (operation, task, cancellation, approval) as data.
 - ``general_writer``: when a one-statement form must leave the work to the general writer
   (``general_writer_needed``).
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runtime.errors import TaskRefused
-from runtime.transitions import Cancellation, TaskCondition
+from runtime.rules.statuses import Cancellation, TaskCondition
 
 
 @dataclass(frozen=True)

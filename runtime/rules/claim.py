@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Protocol
 
 from runtime.models import Operation
+from runtime.rules.statuses import OPERATION, OperationStatus
 from runtime.rules.stop import not_stopping_sql, stopping
-from runtime.transitions import OPERATION, OperationStatus
 
 S = OperationStatus
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.transitions import OperationStatus
+from runtime.rules.statuses import OperationStatus
 
 S = OperationStatus
 

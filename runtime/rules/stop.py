@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from runtime.models import Invocation
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
 

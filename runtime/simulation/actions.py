@@ -26,6 +26,7 @@ from runtime.leases import Lease, agent_claim, lease_expire_sweep
 from runtime.models import Approval, Artifact, CheckResult, Event, Operation, Signal, Task
 from runtime.operations import Report, agent_report
 from runtime.resolutions import operation_resolve, resolutions_allowed
+from runtime.rules.statuses import ApprovalStatus, OperationStatus, TaskCondition
 from runtime.sandbox.models import Charge, Notification, Reservation
 from runtime.signals import signal_send
 from runtime.simulation.facts import contract
@@ -41,7 +42,6 @@ from runtime.simulation.world import (
     WorldCore,
 )
 from runtime.tools import adapters
-from runtime.transitions import ApprovalStatus, OperationStatus, TaskCondition
 from runtime.waits import wait_end_task, wait_renew, wait_sweep, wait_transform, wait_wake
 
 S = OperationStatus

@@ -1,4 +1,4 @@
-"""The edges of the transition tables (runtime.transitions) a run drove, read from its journal.
+"""The edges of the transition tables (runtime.rules.statuses) a run drove, read from its journal.
 
 - Operations: every status change is journalled with ``data.from`` and ``data.to``
   (runtime.statemachine, and the one-statement forms of runtime.hotpath alike).
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.transitions import ApprovalStatus, Cancellation, OperationStatus
+from runtime.rules.statuses import ApprovalStatus, Cancellation, OperationStatus
 
 S = OperationStatus
 A = ApprovalStatus

@@ -27,13 +27,13 @@ from runtime.operations import (
     operation_report,
     operations_report_batch,
 )
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 from runtime.simulation.clock import FakeClock
 from runtime.simulation.facts import Call, Facts, contract, gated
 from runtime.simulation.schedule import CRASH_POINTS, SimCrash, Step, Violation
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent
 from runtime.tools import adapter_for
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
 
 S = OperationStatus
 

@@ -6,7 +6,7 @@
 -- name: task_touch
 -- The journal's write on the task row {{task_id}}: the next seq, the counters moved by this
 -- transition's deltas (bound parameters), the condition derived from them (rendered from
--- transitions.CONDITION_RULES), returning the task row (events.TaskRow).
+-- statuses.CONDITION_RULES), returning the task row (events.TaskRow).
 UPDATE runtime_task SET
   event_seq = event_seq + 1,
   ops_active = ops_active + %(d_active)s,

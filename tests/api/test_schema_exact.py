@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from console.api import serializers as s
 from console.api.declared_tools import NAME_PATTERN
 from runtime import operations
-from runtime.transitions import OperationStatus, TaskCondition, TaskOutcome
+from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
 from tests import factories
 
 # No postgres mark: these run on SQLite too (make pytest-embedded).

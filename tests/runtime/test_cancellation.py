@@ -13,8 +13,8 @@ from runtime.cancellation import task_cancel
 from runtime.errors import InvalidTransition
 from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Execution, Operation, OutboxMessage, Task
+from runtime.rules.statuses import Cancellation
 from runtime.statemachine import task_transition_txn
-from runtime.transitions import Cancellation
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]

@@ -20,7 +20,7 @@ from runtime.models import Operation, Task
 from runtime.rules import claim, general_writer
 from runtime.rules.claim import CLAIM_RULES, ClaimFacts, Settles, claim_refusal
 from runtime.rules.general_writer import FastFacts, general_writer_needed
-from runtime.transitions import Cancellation, OperationStatus, TaskCondition
+from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 from tests import factories
 
 pytestmark = [pytest.mark.postgres]

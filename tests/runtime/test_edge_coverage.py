@@ -1,4 +1,4 @@
-"""Every edge of the operation, task, cancellation and approval tables (runtime.transitions) is
+"""Every edge of the operation, task, cancellation and approval tables (runtime.rules.statuses) is
 driven, read from the journal's (from, to) pairs (runtime.simulation.edges): by the seeded
 simulation's runs, and by the scenarios below for what those runs rarely reach. An edge nothing
 drives fails the test, unless it is listed in NO_WRITER with the reason no writer can drive it;
@@ -21,18 +21,18 @@ from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Approval, Event, Operation, Task
 from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
+from runtime.rules.statuses import MACHINES
 from runtime.simulation.edges import EdgeLog
 from runtime.simulation.engine import run, schedule_for
 from runtime.specs import OperationSpec
 from runtime.tools import adapter_for
-from runtime.transitions import MACHINES
 from runtime.waits import wait_propose, wait_renew, wait_sweep, wait_transform
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 # (machine, source, target) -> why no writer can drive it. The issue's rule is that such an
-# edge leaves the table (runtime/transitions.py); until it does, it is named here.
+# edge leaves the table (runtime/rules/statuses.py); until it does, it is named here.
 NO_WRITER = {
     ("operation", "running", "manual_intervention"): (
         "version_refused from running: a worker refuses a version at its claim (from pending "

@@ -32,7 +32,7 @@ from runtime.executions import execution_for_agent
 from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Operation, OutboxMessage, Task
 from runtime.operations import Report, lease_report, operation_report_and_claim
-from runtime.transitions import OperationStatus as S
+from runtime.rules.statuses import OperationStatus as S
 from tests import factories
 from tests.concurrency import in_thread, lock_waiters
 from tests.conftest import wait_for

@@ -21,8 +21,8 @@ from runtime.executor import operation_execute
 from runtime.leases import Lease, lease_heartbeat, operation_claim
 from runtime.models import Event, Invocation, Operation, OutboxMessage
 from runtime.operations import OperationSpec, Report, operation_propose, operation_report
-from runtime.transitions import OPERATION
-from runtime.transitions import OperationStatus as S
+from runtime.rules.statuses import OPERATION
+from runtime.rules.statuses import OperationStatus as S
 from tests import factories
 from tests.sqlcount import commits_counted, generic_plan, statements
 

@@ -33,7 +33,7 @@ from runtime.leases import (
 )
 from runtime.models import Event, Invocation, Operation, OutboxMessage, RejectedObservation, Task
 from runtime.operations import OperationSpec, Report, operation_propose, operations_report_batch
-from runtime.transitions import OperationStatus as S
+from runtime.rules.statuses import OperationStatus as S
 from runtime.worker import execute_operation
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock

@@ -5,7 +5,7 @@ one result is ever accepted, generations strictly increase, and no transition le
 Every event the task journals is checked after every step, whichever path wrote it (the
 one-statement claim and acceptance on PostgreSQL, the general path on both databases): its seq
 follows the last one without a gap, it names its actor and a known type, and an operation's move
-carries ``from`` and ``to`` naming an edge of ``runtime.transitions.OPERATION`` that its type
+carries ``from`` and ``to`` naming an edge of ``runtime.rules.statuses.OPERATION`` that its type
 journals, ``from`` being where the previous move left the operation. The run runs twice, with the
 one-statement forms on (``HOTPATH``, PostgreSQL only) and off, and counts the claims and the
 acceptances each form made: a run in which they did not happen proves nothing and fails."""
@@ -36,7 +36,7 @@ from runtime.errors import StaleLease
 from runtime.leases import Lease, lease_expire_sweep, lease_heartbeat, operation_claim
 from runtime.models import Event, Execution, Operation, Task
 from runtime.operations import Report, operation_report
-from runtime.transitions import OPERATION
+from runtime.rules.statuses import OPERATION
 from tests import factories
 
 REPORTS = {

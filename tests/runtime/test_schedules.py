@@ -14,9 +14,9 @@ from runtime import schedules
 from runtime.cancellation import task_cancel
 from runtime.errors import InvalidInput, TransitionRejected
 from runtime.models import Event, Schedule, ScheduleEvent, ScheduleRun, Task
+from runtime.rules.statuses import TaskCondition
 from runtime.schedules import ScheduleSpec, Timing, schedule_sweep_one, schedules_sweep
 from runtime.tasks import TaskSpec
-from runtime.transitions import TaskCondition
 from tests import factories
 from tests.concurrency import barrier_at, gate_at, in_thread, wait_until_blocked_on_a_lock
 

@@ -15,8 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.errors import InvalidTransition
-from runtime.statemachine import status_deltas
-from runtime.transitions import (
+from runtime.rules.statuses import (
     MACHINES,
     OPERATION,
     TASK,
@@ -26,6 +25,7 @@ from runtime.transitions import (
     TaskCondition,
     task_condition_for,
 )
+from runtime.statemachine import status_deltas
 
 S = OperationStatus
 C = TaskCondition
