@@ -3,7 +3,7 @@
 Two sources, one page:
 
 - the database, read when the scraper asks (``DatabaseCollector``, over
-  ``runtime.metric_selectors``): operations by status and tool, tasks, the due outbox (queue
+  ``runtime.selectors.metrics``): operations by status and tool, tasks, the due outbox (queue
   depth), pending approvals and their ages, live workers, and what workers and the sweeper did
   (lease takeovers, refused reports, rejected observations, budget refusals at dispatch). The
   database is the one record every process writes, on every machine, so a worker needs no
@@ -51,11 +51,11 @@ from rest_framework.request import Request
 
 from console.api.auth import BearerTokenAuthentication
 from console.api.errors import classify, error_body
-from runtime import metric_selectors as sel
 from runtime import policy
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError, NotAuthenticated
 from runtime.executions import executions_live
+from runtime.selectors import metrics as sel
 
 Handler = Callable[[HttpRequest], HttpResponse]
 

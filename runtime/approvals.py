@@ -23,7 +23,6 @@ from runtime.actors import SWEEPER, Actor
 from runtime.admission import queue_admit_txn
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.approval_seal import approval_seal
-from runtime.approval_selectors import approval_get
 from runtime.crashpoints import crash_point
 from runtime.errors import (
     ApprovalDecided,
@@ -44,6 +43,7 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
+from runtime.selectors.approvals import approval_get
 from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import task_renewal_txn, within_task_deadline
 from runtime.tools import adapter_for

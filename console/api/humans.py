@@ -21,9 +21,9 @@ from console.api.serializers import Int, Text, approval_out, command_out, parse,
 from console.api.views import ApiView, _limit, _param, operation_bodies, operation_body, task_body
 from runtime import approvals, control, signals, waits
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
-from runtime.approval_selectors import approval_get, approval_list
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
+from runtime.selectors.approvals import approval_get, approval_list
 from runtime.tasks import task_get
 from runtime.waits import MAX_WAIT_SECONDS
 

@@ -29,11 +29,11 @@ from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
 from runtime import leases, operations, policy, task_keys, tasks
 from runtime.actors import Actor
-from runtime.approval_selectors import approvals_current
 from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
 from runtime.logcontext import work_bind
 from runtime.models import Operation, Task
+from runtime.selectors.approvals import approvals_current
 
 
 def task_body(task: Task) -> dict[str, Any]:

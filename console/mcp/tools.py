@@ -44,7 +44,6 @@ from console.api.errors import classify, error_body
 from console.api.parsers import json_problem
 from runtime import approvals, policy
 from runtime.actors import Actor
-from runtime.approval_selectors import approval_current, approval_list
 from runtime.errors import DomainError, InvalidInput
 from runtime.events import TASK_GROUP
 from runtime.hashing import params_hash
@@ -52,6 +51,7 @@ from runtime.models import Approval, Operation
 from runtime.notifications import approval_link
 from runtime.operations import operation_get, operation_propose
 from runtime.rules.statuses import OperationStatus
+from runtime.selectors.approvals import approval_current, approval_list
 from runtime.specs import OperationSpec
 from runtime.task_keys import task_get_or_create
 from runtime.tasks import TaskSpec, task_get

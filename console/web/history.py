@@ -20,11 +20,11 @@ from django.utils.dateparse import parse_date, parse_datetime
 from console.api.serializers import cursor_decode, cursor_encode
 from console.web.formats import money, waited
 from runtime.actors import Actor
-from runtime.approval_selectors import approval_history
 from runtime.errors import InvalidInput
 from runtime.history import HistoryFilter
 from runtime.operation_selectors import resolution_history
 from runtime.rules.statuses import ApprovalStatus
+from runtime.selectors.approvals import approval_history
 from runtime.tools.base import tool_catalogue
 
 PAGE_SIZE = 50

@@ -21,10 +21,10 @@ from console.web.views import console_view, json_text, time_left
 from runtime import approvals, control, policy, waits
 from runtime import events as journal
 from runtime.actors import Actor
-from runtime.approval_selectors import approval_list, params_diff, pending_approval_tools
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
 from runtime.rules.statuses import ApprovalStatus
+from runtime.selectors.approvals import approval_list, params_diff, pending_approval_tools
 from runtime.text import char_hidden
 
 # Why a decision was not taken, in the words of the sentence "Nothing was decided on X: ...".
@@ -41,7 +41,7 @@ _DECIDED = {
 }
 
 
-# The inbox's orders (runtime.approval_selectors.APPROVAL_SORTS), as the page names them; the
+# The inbox's orders (runtime.selectors.approvals.APPROVAL_SORTS), as the page names them; the
 # first is the default: the request about to expire comes first.
 SORTS = {
     "expiry": "soonest expiring first",

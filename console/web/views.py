@@ -28,11 +28,11 @@ from console.web.outcomes import outcomes_context
 from runtime import attempts, budgets, cancellation, notifications, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor
-from runtime.approval_selectors import approvals_of_task, pending_approval_count
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.rules.statuses import TaskCondition, TaskOutcome
+from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.signals import signals_of_task
 from runtime.waits import expired_wait_count, waits_of_task
 

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from runtime.leases import lease_expire_sweep
-from runtime.metric_selectors import JournalTally
 from runtime.models import RejectedObservation
+from runtime.selectors.metrics import JournalTally
 from tests import factories
 from tests.conftest import server_start, wait_for
 
