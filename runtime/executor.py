@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from runtime.crashpoints import crash_point
-from runtime.db import contention_retry, outside_transaction
+from runtime.db import contention_retry
 from runtime.drainers import (
     Registration,
+    Taken,
     call_drained_singly,
     call_quick,
     drain_take,
@@ -27,27 +28,21 @@ from runtime.drainers import (
 )
 from runtime.errors import StaleLease
 from runtime.executions import execution_current
-from runtime.leases import (
-    Lease,
-    Refusal,
-    claim_refused_record,
-    lease_heartbeat,
-    operation_claim,
-    operations_claim_batch,
-)
 from runtime.logcontext import work_bound
 from runtime.models import Operation
-from runtime.operations import (
-    Report,
-    lease_report,
-    operation_report_and_claim,
-    operations_report_batch,
-)
 from runtime.publish import DRAIN_QUEUE, publish
-from runtime.slots import Slot, awaited, db_step, slot_reserve
+from runtime.slots import Slot, slot_reserve
 from runtime.stopping import CancelWatch
-from runtime.tools import Contract, InvocationContext, ToolFailure, ToolResult, adapter_at
+from runtime.tool_invocation import tool_invoke
 from runtime.tools.base import adapters, waits
+from runtime.transitions.accept import lease_report
+from runtime.transitions.accept_batch import operations_report_batch
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import claim_refused_record, operation_claim
+from runtime.transitions.claim_batch import operations_claim_batch
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.handover import operation_report_and_claim
+from runtime.transitions.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +200,6 @@ def _drain(
     limit = int(settings.DRAIN_BATCH)
     interval = float(settings.DRAIN_INTERVAL_SECONDS)
     stop_at = time.monotonic() + float(settings.DRAIN_SECONDS)
-    idle = float(settings.DRAIN_IDLE_SECONDS)
     helped = False
     idle_since: float | None = None
     singles = _Singles(execution_id)
@@ -213,20 +207,13 @@ def _drain(
         while registration.registered:
             taken_at = time.monotonic()
             taken = drain_take(queue, limit)
-            ids, single, left = taken.batch, taken.single, taken.singles_left
-            if ids or single is None:
-                # No call to hand over to, or quick calls first: the call made is reported now.
-                singles.settle()
-            ran += _drain_batch(ids, tools, execution_id)
-            if single is not None:
-                singles.run(single)
-                ran += 1
+            ran += _drain_taken(taken, tools, singles)
+            ids, single = taken.batch, taken.single
             if not ids and single is None:
                 # A moment without proposals does not end the session: leaving makes the next
                 # proposals publish messages again, and coming back costs a backlog.
                 idle_since = idle_since or taken_at
-                wait = idle if patient or ran else interval
-                if taken_at - idle_since >= wait or taken_at >= stop_at:
+                if _idle_over(taken_at - idle_since, patient or ran > 0, taken_at >= stop_at):
                     break
                 registration.renew_due()
                 # Woken by the next id as it arrives (no sleep to wait out: a call run alone
@@ -242,7 +229,7 @@ def _drain(
                 _drain_again(queue)
                 return ran
             registration.renew_due()
-            if (len(ids) == limit or left > 0) and not helped:
+            if (len(ids) == limit or taken.singles_left > 0) and not helped:
                 # A helper for a backlog this drainer cannot keep up with: a full batch, or a
                 # call run alone waiting behind the one it runs (while it is registered the
                 # other workers get no message for those calls).
@@ -254,20 +241,43 @@ def _drain(
                 # drainer claiming one call per transaction (a batch that took longer than the
                 # interval is followed at once: no latency is added under load).
                 time.sleep(max(0.0, taken_at + interval - time.monotonic()))
-        # Leave first, then take what was left to this drainer until then (runtime.drainers).
-        crash_point("drain.leaving")
-        registration.leave()
-        while (taken := drain_take(queue, limit)).batch or taken.single is not None:
-            if taken.batch:
-                singles.settle()
-            ran += _drain_batch(taken.batch, tools, execution_id)
-            if taken.single is not None:
-                singles.run(taken.single)
-                ran += 1
-        singles.settle()
-        return ran
+        return ran + _drain_leaving(registration, queue, limit, tools, singles)
     finally:
         registration.leave()
+
+
+def _drain_taken(taken: Taken, tools: list[str], singles: _Singles) -> int:
+    """Run what one look at the lists took: its quick calls in a batch, then its call run alone;
+    returns how many calls were run."""
+    if taken.batch or taken.single is None:
+        # No call to hand over to, or quick calls first: the call made is reported now.
+        singles.settle()
+    ran = _drain_batch(taken.batch, tools, singles.execution_id)
+    if taken.single is not None:
+        singles.run(taken.single)
+        ran += 1
+    return ran
+
+
+def _idle_over(idle_for: float, patient: bool, out_of_time: bool) -> bool:
+    """Whether a drainer that has seen no proposal for ``idle_for`` seconds leaves: after
+    DRAIN_IDLE_SECONDS when ``patient`` (asked for, or it ran calls), after
+    DRAIN_INTERVAL_SECONDS otherwise, and at once when out of time."""
+    wait = settings.DRAIN_IDLE_SECONDS if patient else settings.DRAIN_INTERVAL_SECONDS
+    return idle_for >= float(wait) or out_of_time
+
+
+def _drain_leaving(
+    registration: Registration, queue: str, limit: int, tools: list[str], singles: _Singles
+) -> int:
+    """Leave first, then take what was left to this drainer until then (runtime.drainers)."""
+    crash_point("drain.leaving")
+    registration.leave()
+    ran = 0
+    while (taken := drain_take(queue, limit)).batch or taken.single is not None:
+        ran += _drain_taken(taken, tools, singles)
+    singles.settle()
+    return ran
 
 
 class _Singles:
@@ -339,81 +349,4 @@ def _drain_again(queue: str) -> None:
 def _invoke(op: Operation, lease: Lease) -> Report:
     """Run the adapter outside any transaction: the receiver's commit is its own."""
     with work_bound(op):
-        return _invoke_bound(op, lease)
-
-
-def _invoke_bound(op: Operation, lease: Lease) -> Report:
-    # The tool as recorded: a declared tool's version of the operation (the claim checked it).
-    adapter = adapter_at(op.tool, op.tool_version)
-
-    def heartbeat() -> bool:
-        try:
-            # In a slot, from any thread: a pooled connection, held only for the statement.
-            with db_step():
-                _, cancel = lease_heartbeat(op.pk, lease.lease_generation, lease.lease_token)
-        except StaleLease:
-            return True  # lost the lease: stop as if cancelled
-        return cancel
-
-    ctx = invocation_context(
-        op,
-        fencing_token=lease.lease_generation,
-        invocation_number=lease.invocation_number,
-        heartbeat=heartbeat,
-    )
-    outside_transaction("invoking a tool")
-    try:
-        if adapter.contract == Contract.LOOKUP and lease.invocation_number > 1:
-            # An earlier invocation went unconfirmed: ask the receiver before acting again.
-            found = awaited(adapter.lookup(ctx))
-            if found is not None:
-                return _succeeded(found)
-        outcome = awaited(adapter.invoke(ctx))
-    except ToolFailure as failure:
-        if failure.kind == ToolFailure.UNKNOWN:
-            return Report(outcome="unknown", message=failure.message, receipt=failure.receipt)
-        return Report(
-            outcome="failed",
-            error_kind=failure.kind,
-            message=failure.message,
-            receipt=failure.receipt,
-        )
-    except Exception as exc:
-        # An unexpected exception may have struck after the receiver acted: the honest outcome
-        # is unknown, and recovery follows the receiver's contract (never a guessed failure).
-        log.exception("tool %s raised", op.tool)
-        return Report(outcome="unknown", message=f"the tool raised {exc!r}"[:500])
-    return _succeeded(outcome)
-
-
-def _succeeded(outcome: ToolResult) -> Report:
-    return Report(
-        outcome="succeeded",
-        result=outcome.result,
-        usage=outcome.usage,
-        receipt=outcome.receipt,
-        provider_handle=outcome.provider_handle,
-    )
-
-
-def invocation_context(
-    op: Operation,
-    *,
-    fencing_token: int,
-    invocation_number: int,
-    heartbeat: Callable[[], bool] = lambda: False,
-) -> InvocationContext:
-    """What an adapter gets for one call: the operation's stable key and parameters, and the
-    lease generation as fencing token."""
-    return InvocationContext(
-        operation_id=op.pk,
-        task_id=op.task_id,
-        step=op.step,
-        idempotency_key=op.idempotency_key,
-        params=op.params,
-        fencing_token=fencing_token,
-        invocation_number=invocation_number,
-        deadline=op.deadline,
-        heartbeat=heartbeat,
-        tool_version=op.tool_version,
-    )
+        return tool_invoke(op, lease)

@@ -26,7 +26,6 @@ from runtime.compensation import (
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
 from runtime.errors import Conflict, InvalidInput, TaskRefused, TransitionRejected
-from runtime.executor import invocation_context
 from runtime.models import Invocation, Operation, Resolution, Task
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
@@ -35,6 +34,7 @@ from runtime.reactor import operation_settled_txn
 from runtime.rules.statuses import OperationStatus
 from runtime.statemachine import operation_transition_txn
 from runtime.stoprule import task_stopping, unconfirmed_calls_txn
+from runtime.tool_invocation import invocation_context
 from runtime.tools import Contract, adapters, contract_of
 
 S = OperationStatus

@@ -57,8 +57,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.artifacts:artifact_upload",
         "runtime.budgets",
         "runtime.completion:task_complete",
-        "runtime.executor",
-        "runtime.executor:_drain",
         "runtime.hotpath",
         "runtime.hotpath:accept_batch_txn",
         "runtime.hotpath:propose_txn",

@@ -21,7 +21,6 @@ from django.test.utils import override_settings
 
 from runtime.cancellation import task_fail
 from runtime.errors import InvalidInput, UnknownTool
-from runtime.executor import invocation_context
 from runtime.keys import given_key_check, key_notice
 from runtime.models import (
     Approval,
@@ -45,8 +44,10 @@ from runtime.notifications import (
     quiet_until,
 )
 from runtime.notify_secrets import PrivateHost, host_addresses
-from runtime.operations import OperationSpec, operation_propose, operation_propose_txn
+from runtime.specs import OperationSpec
+from runtime.tool_invocation import invocation_context
 from runtime.tools import ToolFailure, adapter_for
+from runtime.transitions.propose import operation_propose, operation_propose_txn
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
