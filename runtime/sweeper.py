@@ -17,7 +17,7 @@ from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.notifications import expiry_notice_sweep, notify_dispatch
 from runtime.outbox import outbox_sweep
-from runtime.schedules import schedules_sweep
+from runtime.schedules.firing import schedules_sweep
 from runtime.sqlfiles import queries
 from runtime.waits import wait_sweep
 

@@ -73,7 +73,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.ratelimits",
         "runtime.resolutions:_intervention_resolve",
         "runtime.resolutions:operation_resolve",
-        "runtime.schedules",
         "runtime.signals:signal_send",
         "runtime.simulation.actions",
         "runtime.simulation.ledger:check_budgets",

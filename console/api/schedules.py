@@ -18,10 +18,31 @@ from console.api.auth import actor_of
 from console.api.control import ReasonIn
 from console.api.idempotency import idempotent
 from console.api.views import ApiView, _limit, _param, task_body
-from runtime import schedules
 from runtime.errors import InvalidInput
 from runtime.models import Schedule, ScheduleRun
 from runtime.models.schedules import Overlap, RunStatus, SkipReason
+from runtime.schedules.services import (
+    schedule_create,
+    schedule_edit,
+    schedule_pause,
+    schedule_resume,
+    schedule_trigger,
+)
+from runtime.schedules.specs import ScheduleSpec, schedule_changes_check
+from runtime.schedules.timing import (
+    DEFAULT_CATCH_UP_SECONDS,
+    MAX_CATCH_UP_SECONDS,
+    MAX_INTERVAL_SECONDS,
+    MIN_CATCH_UP_SECONDS,
+    MIN_INTERVAL_SECONDS,
+    schedule_next_slots,
+)
+from runtime.selectors.schedules import (
+    schedule_get,
+    schedule_list,
+    schedule_owner_label,
+    schedule_runs,
+)
 from runtime.tasks import TaskSpec
 
 # --- requests -------------------------------------------------------------------------------
@@ -39,17 +60,17 @@ class ScheduleIn(serializers.Serializer):
     interval_seconds = s.Int(
         required=False,
         allow_null=True,
-        min_value=schedules.MIN_INTERVAL_SECONDS,
-        max_value=schedules.MAX_INTERVAL_SECONDS,
+        min_value=MIN_INTERVAL_SECONDS,
+        max_value=MAX_INTERVAL_SECONDS,
     )
     timezone = s.Text(min_length=1, max_length=64, required=False, default="UTC")
     task = ScheduleTaskIn()
     overlap = serializers.ChoiceField(choices=Overlap.ALL, required=False, default=Overlap.SKIP)
     catch_up_seconds = s.Int(
         required=False,
-        default=schedules.DEFAULT_CATCH_UP_SECONDS,
-        min_value=schedules.MIN_CATCH_UP_SECONDS,
-        max_value=schedules.MAX_CATCH_UP_SECONDS,
+        default=DEFAULT_CATCH_UP_SECONDS,
+        min_value=MIN_CATCH_UP_SECONDS,
+        max_value=MAX_CATCH_UP_SECONDS,
     )
     paused = serializers.BooleanField(required=False, default=False)
 
@@ -62,16 +83,16 @@ class SchedulePatchIn(serializers.Serializer):
     interval_seconds = s.Int(
         required=False,
         allow_null=True,
-        min_value=schedules.MIN_INTERVAL_SECONDS,
-        max_value=schedules.MAX_INTERVAL_SECONDS,
+        min_value=MIN_INTERVAL_SECONDS,
+        max_value=MAX_INTERVAL_SECONDS,
     )
     timezone = s.Text(min_length=1, max_length=64, required=False)
     task = ScheduleTaskIn(required=False)
     overlap = serializers.ChoiceField(choices=Overlap.ALL, required=False)
     catch_up_seconds = s.Int(
         required=False,
-        min_value=schedules.MIN_CATCH_UP_SECONDS,
-        max_value=schedules.MAX_CATCH_UP_SECONDS,
+        min_value=MIN_CATCH_UP_SECONDS,
+        max_value=MAX_CATCH_UP_SECONDS,
     )
     version = s.Int(
         required=False,
@@ -94,7 +115,7 @@ def _task_spec(data: dict[str, Any]) -> TaskSpec:
 def _patch_changes(request: Request) -> tuple[dict[str, Any], int | None]:
     if not isinstance(request.data, dict):
         raise InvalidInput("the body must be a JSON object")
-    schedules.schedule_changes_check({k: v for k, v in request.data.items() if k != "version"})
+    schedule_changes_check({k: v for k, v in request.data.items() if k != "version"})
     parser = SchedulePatchIn(data=request.data, partial=True)
     parser.is_valid(raise_exception=True)
     changes = dict(parser.validated_data)
@@ -122,7 +143,7 @@ def run_out(run: ScheduleRun) -> dict[str, Any]:
 
 
 def schedule_out(schedule: Schedule) -> dict[str, Any]:
-    upcoming = schedules.schedule_next_slots(schedule, 1)
+    upcoming = schedule_next_slots(schedule, 1)
     return {
         "id": schedule.pk,
         "cron": schedule.cron or None,
@@ -133,7 +154,7 @@ def schedule_out(schedule: Schedule) -> dict[str, Any]:
         "catch_up_seconds": schedule.catch_up_seconds,
         "paused": schedule.paused,
         "version": schedule.version,
-        "owner": schedules.schedule_owner_label(schedule),
+        "owner": schedule_owner_label(schedule),
         "created_by": schedule.created_by,
         "next_run_at": s.iso(upcoming[0]) if upcoming else None,
         "created_at": s.iso(schedule.created_at),
@@ -142,10 +163,10 @@ def schedule_out(schedule: Schedule) -> dict[str, Any]:
 
 
 def schedule_detail_out(schedule: Schedule) -> dict[str, Any]:
-    runs = schedules.schedule_runs([schedule.pk], per_schedule=20)[schedule.pk]
+    runs = schedule_runs([schedule.pk], per_schedule=20)[schedule.pk]
     return {
         **schedule_out(schedule),
-        "next_runs": [s.iso(t) for t in schedules.schedule_next_slots(schedule, 5)],
+        "next_runs": [s.iso(t) for t in schedule_next_slots(schedule, 5)],
         "runs": [run_out(r) for r in runs],
     }
 
@@ -220,7 +241,7 @@ class ScheduleCollection(ApiView):
     def get(self, request: Request) -> Response:
         cursor = _param(request, "cursor")
         limit = _limit(request)
-        rows = schedules.schedule_list(
+        rows = schedule_list(
             actor_of(request),
             before=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
@@ -242,9 +263,9 @@ class ScheduleCollection(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = s.parse(ScheduleIn, request.data)
-        schedule = schedules.schedule_create(
+        schedule = schedule_create(
             actor_of(request),
-            schedules.ScheduleSpec(
+            ScheduleSpec(
                 task=_task_spec(data["task"]),
                 cron=data.get("cron") or "",
                 interval_seconds=data.get("interval_seconds"),
@@ -263,7 +284,7 @@ class ScheduleDetail(ApiView):
         responses=doc.responses({200: ScheduleDetailSerializer}),
     )
     def get(self, request: Request, schedule_id: str) -> Response:
-        return Response(schedule_detail_out(schedules.schedule_get(actor_of(request), schedule_id)))
+        return Response(schedule_detail_out(schedule_get(actor_of(request), schedule_id)))
 
     @extend_schema(
         operation_id="v1_schedules_partial_update",
@@ -273,8 +294,8 @@ class ScheduleDetail(ApiView):
     def patch(self, request: Request, schedule_id: str) -> Response:
         changes, version = _patch_changes(request)
         actor = actor_of(request)
-        schedule = schedules.schedule_edit(actor, schedule_id, changes, version=version)
-        return Response(schedule_detail_out(schedules.schedule_get(actor, schedule.pk)))
+        schedule = schedule_edit(actor, schedule_id, changes, version=version)
+        return Response(schedule_detail_out(schedule_get(actor, schedule.pk)))
 
 
 # Pause or resume: the same request (a reason) and answer (the schedule), one service each.
@@ -287,7 +308,7 @@ class _ScheduleSwitch(ApiView):
         data = s.parse(ReasonIn, request.data or {})
         actor = actor_of(request)
         type(self).switch(actor, schedule_id, reason=data["reason"])
-        return Response(schedule_detail_out(schedules.schedule_get(actor, schedule_id)))
+        return Response(schedule_detail_out(schedule_get(actor, schedule_id)))
 
 
 def _switch_schema(operation_id: str) -> Any:
@@ -303,12 +324,12 @@ def _switch_schema(operation_id: str) -> Any:
 
 @_switch_schema("v1_schedules_pause")
 class SchedulePause(_ScheduleSwitch):
-    switch = staticmethod(schedules.schedule_pause)
+    switch = staticmethod(schedule_pause)
 
 
 @_switch_schema("v1_schedules_resume")
 class ScheduleResume(_ScheduleSwitch):
-    switch = staticmethod(schedules.schedule_resume)
+    switch = staticmethod(schedule_resume)
 
 
 class ScheduleTrigger(ApiView):
@@ -320,6 +341,6 @@ class ScheduleTrigger(ApiView):
     )
     @idempotent
     def post(self, request: Request, schedule_id: str) -> Response:
-        run = schedules.schedule_trigger(actor_of(request), schedule_id)
+        run = schedule_trigger(actor_of(request), schedule_id)
         assert run.task is not None
         return Response({"run": run_out(run), "task": task_body(run.task)}, status=201)

@@ -17,11 +17,13 @@ from django.views.decorators.http import require_GET, require_POST
 from console.api.parsers import json_problem
 from console.web.humans import json_for_editing
 from console.web.views import console_view
-from runtime import policy, schedule_owners, schedules
+from runtime import policy, schedule_owners
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Schedule
 from runtime.models.schedules import Overlap
+from runtime.schedules import services, timing
+from runtime.selectors import schedules
 
 _PAGE = "/schedules/"
 
@@ -51,7 +53,7 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
                 ),
                 "next": [
                     {"at": t, "local": _local(t, schedule.timezone)}
-                    for t in schedules.schedule_next_slots(schedule, 3)
+                    for t in timing.schedule_next_slots(schedule, 3)
                 ],
                 "runs": runs[schedule.pk],
                 "can_manage": policy.allowed(policy.can_manage_schedule, actor, schedule),
@@ -86,17 +88,17 @@ def schedule_action(request: HttpRequest, actor: Actor, schedule_id: str) -> Htt
     reason = request.POST.get("reason", "")[:2000]
     try:
         if action == "pause":
-            _, changed = schedules.schedule_pause(actor, schedule_id, reason=reason)
+            _, changed = services.schedule_pause(actor, schedule_id, reason=reason)
             said = "is paused: its slots start nothing" if changed else "was already paused"
         elif action == "resume":
-            schedule, changed = schedules.schedule_resume(actor, schedule_id, reason=reason)
+            schedule, changed = services.schedule_resume(actor, schedule_id, reason=reason)
             said = (
                 f"is running again: next run {schedule.next_slot_at:%Y-%m-%d %H:%M} UTC"
                 if changed
                 else "was not paused"
             )
         elif action == "trigger":
-            run = schedules.schedule_trigger(actor, schedule_id)
+            run = services.schedule_trigger(actor, schedule_id)
             said = f"started task {run.task_id} now"
         else:
             raise InvalidInput("action is pause, resume or trigger")
@@ -161,7 +163,7 @@ def _changes(request: HttpRequest) -> tuple[dict[str, Any], int | None]:
         "interval_seconds": interval,
         "timezone": request.POST.get("timezone", "").strip() or "UTC",
         "overlap": request.POST.get("overlap", ""),
-        "catch_up_seconds": schedules.DEFAULT_CATCH_UP_SECONDS if catch_up is None else catch_up,
+        "catch_up_seconds": timing.DEFAULT_CATCH_UP_SECONDS if catch_up is None else catch_up,
         "task": task,
     }
     return changes, _int_field(request, "version")
@@ -174,7 +176,7 @@ def schedule_edit(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpR
     policy.can_manage_schedule(actor, before)
     try:
         changes, version = _changes(request)
-        schedule = schedules.schedule_edit(actor, schedule_id, changes, version=version)
+        schedule = services.schedule_edit(actor, schedule_id, changes, version=version)
     except NotAuthorized:
         raise
     except DomainError as exc:

@@ -47,7 +47,8 @@ from runtime.models import (
     TaskCommand,
 )
 from runtime.sandbox import receivers
-from runtime.schedules import ScheduleSpec, schedule_create
+from runtime.schedules.services import schedule_create
+from runtime.schedules.specs import ScheduleSpec
 from runtime.tasks import TaskSpec
 from runtime.tokens import token_issue_for_agent
 from runtime.tool_declarations import tool_declare

@@ -8,7 +8,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from runtime.models import Schedule, ScheduleEvent, ScheduleRun, Task
-from runtime.schedules import ScheduleSpec, schedule_create
+from runtime.schedules.services import schedule_create
+from runtime.schedules.specs import ScheduleSpec
 from runtime.tasks import TaskSpec
 from tests import factories
 from tests.browser.conftest import TIMEOUT_MS, login

@@ -14,7 +14,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from runtime import schedules
 from runtime.actors import SCHEDULER
 from runtime.cancellation import task_cancel
 from runtime.errors import ScheduleOwnerInactive
@@ -24,7 +23,9 @@ from runtime.schedule_owners import (
     OWNER_DEACTIVATED,
     OWNER_WITHOUT_ROLE,
 )
-from runtime.schedules import ScheduleSpec, schedule_sweep_one, schedules_sweep
+from runtime.schedules.firing import schedule_sweep_one, schedules_sweep
+from runtime.schedules.services import schedule_create, schedule_resume, schedule_trigger
+from runtime.schedules.specs import ScheduleSpec
 from runtime.tasks import TaskSpec
 from runtime.tokens import token_issue_for_agent, token_revoke
 from tests import factories
@@ -36,7 +37,7 @@ BASE = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 def _schedule(owner: factories.Principal, *, overlap: str = "allow") -> Schedule:
     """Every minute from BASE (its first slot), as if created just before it."""
-    schedule = schedules.schedule_create(
+    schedule = schedule_create(
         owner.actor,
         ScheduleSpec(
             task=TaskSpec(name="nightly report"),
@@ -173,7 +174,7 @@ def test_a_deactivated_owner_pauses_its_schedule_at_the_next_slot_with_no_task_s
     # Reactivated: another admin may resume it, and its slots start again.
     get_user_model().objects.filter(pk=admin.actor.user_id).update(is_active=True)
     other = factories.console_user("admin")
-    _, changed = schedules.schedule_resume(other.actor, schedule.pk, now=BASE + 6 * MINUTE)
+    _, changed = schedule_resume(other.actor, schedule.pk, now=BASE + 6 * MINUTE)
     assert changed
     assert schedules_sweep(BASE + 7 * MINUTE + timedelta(seconds=1))["started"] == 1
 
@@ -202,7 +203,7 @@ def test_resume_is_refused_whoever_asks_until_the_agent_has_a_new_token():
 
     for who in (admin, owner):
         with pytest.raises(ScheduleOwnerInactive) as refused:
-            schedules.schedule_resume(who.actor, schedule.pk, now=later)
+            schedule_resume(who.actor, schedule.pk, now=later)
         assert refused.value.code == "schedule_owner_inactive" and refused.value.status == 409
         assert refused.value.details["reason"] == AGENT_WITHOUT_TOKEN
         assert "new token" in refused.value.message
@@ -210,7 +211,7 @@ def test_resume_is_refused_whoever_asks_until_the_agent_has_a_new_token():
     assert not ScheduleEvent.objects.filter(schedule=schedule, type="schedule.resumed").exists()
 
     token_issue_for_agent(owner.actor.name, "replacement")
-    schedule, changed = schedules.schedule_resume(admin.actor, schedule.pk, now=later)
+    schedule, changed = schedule_resume(admin.actor, schedule.pk, now=later)
     assert changed and not schedule.paused
     assert schedules_sweep(later + MINUTE + timedelta(seconds=1))["started"] == 1
 
@@ -224,7 +225,7 @@ def test_a_trigger_is_refused_while_the_owner_cannot_act_and_records_nothing():
     ApiToken.objects.filter(agent_id=owner.actor.agent_id).update(revoked_at=timezone.now())
 
     with pytest.raises(ScheduleOwnerInactive) as refused:
-        schedules.schedule_trigger(admin.actor, schedule.pk, now=BASE)
+        schedule_trigger(admin.actor, schedule.pk, now=BASE)
     assert refused.value.code == "schedule_owner_inactive"
     assert not ScheduleRun.objects.exists() and not Task.objects.exists()
     assert not ScheduleEvent.objects.filter(schedule=schedule, type="schedule.triggered").exists()

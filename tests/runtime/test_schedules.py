@@ -10,12 +10,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime import schedules
 from runtime.cancellation import task_cancel
 from runtime.errors import InvalidInput, TransitionRejected
 from runtime.models import Event, Schedule, ScheduleEvent, ScheduleRun, Task
 from runtime.rules.statuses import TaskCondition
-from runtime.schedules import ScheduleSpec, Timing, schedule_sweep_one, schedules_sweep
+from runtime.schedules.firing import schedule_sweep_one, schedules_sweep
+from runtime.schedules.services import (
+    schedule_create,
+    schedule_edit,
+    schedule_pause,
+    schedule_resume,
+    schedule_trigger,
+)
+from runtime.schedules.specs import ScheduleSpec
+from runtime.schedules.timing import Timing, slot_after, timing_check
 from runtime.tasks import TaskSpec
 from tests import factories
 from tests.concurrency import barrier_at, gate_at, in_thread, wait_until_blocked_on_a_lock
@@ -29,7 +37,7 @@ def _schedule(owner, *, overlap="skip", catch_up=3600, interval=60, **task) -> S
     """An interval schedule whose cursor is set to BASE (its first slot), as if created just
     before it."""
     task.setdefault("name", "nightly report")
-    schedule = schedules.schedule_create(
+    schedule = schedule_create(
         owner.actor,
         ScheduleSpec(
             task=TaskSpec(**task),
@@ -61,9 +69,9 @@ def _end(owner, task_id: str) -> None:
 
 def test_interval_slots_count_from_the_epoch_and_come_strictly_after():
     every_5 = Timing("", 300, "UTC")
-    assert schedules.slot_after(every_5, BASE) == BASE + timedelta(minutes=5)
-    assert schedules.slot_after(every_5, BASE - timedelta(microseconds=1)) == BASE
-    assert schedules.slot_after(every_5, BASE + timedelta(seconds=1)) == BASE + timedelta(minutes=5)
+    assert slot_after(every_5, BASE) == BASE + timedelta(minutes=5)
+    assert slot_after(every_5, BASE - timedelta(microseconds=1)) == BASE
+    assert slot_after(every_5, BASE + timedelta(seconds=1)) == BASE + timedelta(minutes=5)
 
 
 def test_cron_is_read_in_the_schedules_time_zone_across_a_clock_change():
@@ -71,11 +79,11 @@ def test_cron_is_read_in_the_schedules_time_zone_across_a_clock_change():
     # at the first moment after; on the next days it is 02:30 local, 00:30 UTC (summer time).
     daily = Timing("30 2 * * *", None, "Europe/Paris")
     start = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)
-    first = schedules.slot_after(daily, start)
-    second = schedules.slot_after(daily, first)
+    first = slot_after(daily, start)
+    second = slot_after(daily, first)
     assert first == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
     assert second == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
-    winter = schedules.slot_after(daily, datetime(2026, 1, 10, tzinfo=UTC))
+    winter = slot_after(daily, datetime(2026, 1, 10, tzinfo=UTC))
     assert winter == datetime(2026, 1, 10, 1, 30, tzinfo=UTC)
 
 
@@ -95,7 +103,7 @@ def test_cron_is_read_in_the_schedules_time_zone_across_a_clock_change():
 )
 def test_timing_refusals_name_the_field(cron, interval, zone, field):
     with pytest.raises(InvalidInput) as refused:
-        schedules.timing_check(cron, interval, zone, BASE)
+        timing_check(cron, interval, zone, BASE)
     assert refused.value.details["field"] == field
 
 
@@ -207,7 +215,7 @@ def test_overlap_buffer_one_keeps_one_slot_waiting_and_starts_it_when_the_live_t
 def test_a_paused_schedule_starts_nothing_and_resuming_does_not_start_what_it_passed_over():
     owner = factories.agent()
     schedule = _schedule(owner, overlap="allow")
-    schedules.schedule_pause(owner.actor, schedule.pk, reason="maintenance", now=BASE)
+    schedule_pause(owner.actor, schedule.pk, reason="maintenance", now=BASE)
     counts = schedules_sweep(BASE + 3 * MINUTE + timedelta(seconds=1))
     assert counts == {"started": 0, "skipped": 4, "buffered": 0}
     assert {status for _, status, _ in _runs(schedule)} == {"skipped"}
@@ -216,7 +224,7 @@ def test_a_paused_schedule_starts_nothing_and_resuming_does_not_start_what_it_pa
 
     # Paused again over a downtime nobody swept: resuming passes over those slots.
     resumed_at = BASE + 10 * MINUTE + timedelta(seconds=5)
-    schedule, changed = schedules.schedule_resume(owner.actor, schedule.pk, now=resumed_at)
+    schedule, changed = schedule_resume(owner.actor, schedule.pk, now=resumed_at)
     assert changed and schedule.next_slot_at == BASE + 11 * MINUTE
     assert schedules_sweep(resumed_at)["started"] == 0
     assert schedules_sweep(BASE + 11 * MINUTE + timedelta(seconds=1))["started"] == 1
@@ -234,7 +242,7 @@ def test_an_edit_is_a_new_version_and_tasks_already_started_keep_theirs():
     owner = factories.agent()
     schedule = _schedule(owner, overlap="allow", input={"v": 1})
     schedules_sweep(BASE + timedelta(seconds=1))
-    edited = schedules.schedule_edit(
+    edited = schedule_edit(
         owner.actor, schedule.pk, {"task": {"input": {"v": 2}}}, version=1, now=BASE
     )
     assert edited.version == 2 and edited.template["name"] == "nightly report"
@@ -248,9 +256,9 @@ def test_an_edit_is_a_new_version_and_tasks_already_started_keep_theirs():
     assert event.data["changes"]["task"]["from"]["input"] == {"v": 1}
     # An edit based on an older version is refused; one changing nothing makes no version.
     with pytest.raises(TransitionRejected) as stale:
-        schedules.schedule_edit(owner.actor, schedule.pk, {"overlap": "skip"}, version=1)
+        schedule_edit(owner.actor, schedule.pk, {"overlap": "skip"}, version=1)
     assert stale.value.code == "state_version_mismatch"
-    same = schedules.schedule_edit(owner.actor, schedule.pk, {"overlap": "allow"})
+    same = schedule_edit(owner.actor, schedule.pk, {"overlap": "allow"})
     assert same.version == 2
 
 
@@ -335,9 +343,7 @@ def test_an_edit_between_a_claim_and_its_lock_neither_waits_nor_lets_the_old_ver
         sweeper, swept = in_thread(lambda: schedule_sweep_one(schedule.pk, now), "sweeper")
         assert gate.reached.wait(30), "the sweeper never claimed the slot"
         edited, done = in_thread(
-            lambda: schedules.schedule_edit(
-                owner.actor, schedule.pk, {"interval_seconds": 120}, now=now
-            ),
+            lambda: schedule_edit(owner.actor, schedule.pk, {"interval_seconds": 120}, now=now),
             "editor",
         )
         assert edited.join(30) is None and done.result(timeout=30).version == 2
@@ -352,12 +358,12 @@ def test_an_edit_between_a_claim_and_its_lock_neither_waits_nor_lets_the_old_ver
 def test_a_manual_trigger_starts_now_even_when_paused_and_never_takes_a_slots_time():
     owner = factories.agent()
     schedule = _schedule(owner, overlap="skip")
-    schedules.schedule_pause(owner.actor, schedule.pk, now=BASE - timedelta(seconds=1))
-    run = schedules.schedule_trigger(owner.actor, schedule.pk, now=BASE)
+    schedule_pause(owner.actor, schedule.pk, now=BASE - timedelta(seconds=1))
+    run = schedule_trigger(owner.actor, schedule.pk, now=BASE)
     assert run.kind == "manual" and run.status == "started" and run.slot_time != BASE
     assert run.task is not None and run.task.schedule_id == schedule.pk
     assert Event.objects.get(task=run.task, type="task.created").actor == owner.actor.label
-    schedules.schedule_resume(owner.actor, schedule.pk, now=BASE - timedelta(seconds=1))
+    schedule_resume(owner.actor, schedule.pk, now=BASE - timedelta(seconds=1))
     # The 12:00 slot is the sweeper's still (its row was not taken by the trigger).
     schedules_sweep(BASE + timedelta(seconds=1))
     assert ScheduleRun.objects.get(schedule=schedule, slot_time=BASE).reason == "overlap"
