@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import Actor
@@ -25,15 +24,16 @@ from runtime.compensation import (
 )
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
-from runtime.errors import Conflict, InvalidInput, TaskRefused, TransitionRejected
-from runtime.models import Invocation, Operation, Resolution, Task
+from runtime.errors import Conflict, InvalidInput, TransitionRejected
+from runtime.models import Operation, Resolution, Task
 from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
 from runtime.reactor import operation_settled_txn
+from runtime.resolution_records import audit_txn, lookup_invocation_txn, retry_admitted
 from runtime.rules.statuses import OperationStatus
 from runtime.statemachine import operation_transition_txn
-from runtime.stoprule import task_stopping, unconfirmed_calls_txn
+from runtime.stoprule import unconfirmed_calls_txn
 from runtime.tool_invocation import invocation_context
 from runtime.tools import Contract, adapters, contract_of
 
@@ -127,14 +127,7 @@ def operation_resolve(
     TaskRefused (409 task_cancelled / task_terminal) for a retry in a stopped task: that is
     decided under the task's row lock, so a stop that commits first always wins.
     """
-    can_resolve(actor)
-    if resolution not in RESOLUTIONS:
-        raise InvalidInput(f"resolution must be one of {', '.join(RESOLUTIONS)}")
-    evidence = (evidence or "").strip()
-    if resolution == "succeeded" and not evidence:
-        raise InvalidInput("marking an operation succeeded needs evidence")
-    if resolution == "abandon" and not evidence:
-        raise InvalidInput("abandoning an operation needs a reason (in evidence)")
+    evidence = _resolution_checked(actor, resolution, evidence)
     op = operation_get(actor, operation_id)
     if op.state_version != state_version:
         raise TransitionRejected("someone else changed this operation first")
@@ -149,19 +142,7 @@ def operation_resolve(
         raise Conflict(f"the operation is {op.status}, not unresolved", code="not_unresolved")
     if resolution not in resolutions_allowed(op):
         raise ResolutionNotAllowed(_REFUSALS.get(resolution, "not allowed here"))
-
-    looked_up: Any = None
-    if resolution == "lookup":
-        # Ask before taking any lock: a receiver call must not hold the operation's row.
-        outside_transaction("asking the receiver")
-        found = adapters()[op.tool].lookup(
-            invocation_context(
-                op, fencing_token=op.lease_generation, invocation_number=op.attempts_used
-            )
-        )
-        looked_up = found if found is not None else False
-        crash_point("resolve.after_lookup")
-
+    looked_up = _looked_up(op) if resolution == "lookup" else None
     now = timezone.now()
     crash_point("resolve.before_lock")
     with transaction.atomic():
@@ -173,65 +154,105 @@ def operation_resolve(
             raise TransitionRejected("someone else changed this operation first")
         op.task = Task.objects.select_for_update().get(pk=op.task_id)
         if resolution == "retry_same_key" and op.compensates_id is None:
-            _retry_admitted(op.task)
-        from_status = op.status
-        fields: dict[str, Any]
-        data: dict[str, Any] = {"resolution": resolution, "evidence": evidence}
-        if resolution == "succeeded":
-            target = S.SUCCEEDED
-            fields = {"result": {"resolution": "succeeded", "evidence": evidence}, "error": None}
-        elif resolution == "no_effect":
-            target = S.FAILED
-            fields = {"error": {"kind": "no_effect", "message": evidence or "no effect"}}
-        elif resolution == "retry_same_key":
-            target = S.PENDING
-            # One more attempt, granted by a person; the key stays the same.
-            fields = {
-                "max_attempts": max(op.max_attempts, op.attempts_used + 1),
-                "next_attempt_at": None,
-                "error": None,
-            }
-        elif resolution == "lookup":
-            if looked_up:
-                target = S.SUCCEEDED
-                fields = {"result": looked_up.result, "error": None}
-            else:
-                target = S.FAILED
-                fields = {"error": {"kind": "no_effect", "message": "the receiver has no record"}}
-        else:  # compensate
-            compensation = compensation_start_txn(op, actor=actor.label, now=now)
-            _audit(op, actor, resolution, evidence, from_status, S.COMPENSATING, now)
-            budget_resolve_txn(
-                budget=op.task.budget, op=op, effect=True, actor=actor.label, now=now
-            )
-            return Operation.objects.get(pk=compensation.compensates_id)
-
-        fields["status_reason"] = f"resolved by {actor.name}: {resolution}"
-        transitioned = operation_transition_txn(
-            op,
-            target,
-            now=now,
-            fields=fields,
-            actor=actor.label,
-            data=data,
-            event_type=f"operation.resolved_{resolution}",
-        )
-        if resolution == "lookup":
-            # Numbered after the guarded transition: a concurrent resolution of the same
-            # operation was refused above instead of colliding on the invocation number.
-            _lookup_invocation_txn(op, looked_up, now)
-        _audit(op, actor, resolution, evidence, from_status, target, now)
-        # Limits: a person's word (or the receiver's record) settles what the lost call may
-        # have cost: posted at its hold when there was an effect, released when there was none.
-        effect = {"succeeded": True, "no_effect": False, "lookup": bool(looked_up)}.get(resolution)
-        budget_resolve_txn(budget=op.task.budget, op=op, effect=effect, actor=actor.label, now=now)
-        if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
-            outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
-        if op.compensates_id:
-            _settle_original_txn(op, target, now, actor.label)
-        operation_settled_txn(op, transitioned.task, now=now, actor=actor.label)
+            retry_admitted(op.task)
+        if resolution == "compensate":
+            return _compensate_txn(op, actor, evidence, now)
+        _unresolved_settle_txn(op, actor, resolution, evidence, looked_up, now)
     op.refresh_from_db()
     return op
+
+
+def _resolution_checked(actor: Actor, resolution: str, evidence: str) -> str:
+    """The evidence, stripped, once the actor may resolve and the resolution has what it needs."""
+    can_resolve(actor)
+    if resolution not in RESOLUTIONS:
+        raise InvalidInput(f"resolution must be one of {', '.join(RESOLUTIONS)}")
+    evidence = (evidence or "").strip()
+    if resolution == "succeeded" and not evidence:
+        raise InvalidInput("marking an operation succeeded needs evidence")
+    if resolution == "abandon" and not evidence:
+        raise InvalidInput("abandoning an operation needs a reason (in evidence)")
+    return evidence
+
+
+def _looked_up(op: Operation) -> Any:
+    """What the receiver has of the call (False: no record), asked before any lock is taken: a
+    receiver call must not hold the operation's row."""
+    outside_transaction("asking the receiver")
+    found = adapters()[op.tool].lookup(
+        invocation_context(
+            op, fencing_token=op.lease_generation, invocation_number=op.attempts_used
+        )
+    )
+    crash_point("resolve.after_lookup")
+    return found if found is not None else False
+
+
+def _compensate_txn(op: Operation, actor: Actor, evidence: str, now: Any) -> Operation:
+    """Start the compensation of an unresolved call (locked, with its task): the effect is taken
+    as made, its cost posted; returns the original, now compensating."""
+    from_status = op.status
+    compensation = compensation_start_txn(op, actor=actor.label, now=now)
+    audit_txn(op, actor, "compensate", evidence, from_status, S.COMPENSATING, now)
+    budget_resolve_txn(budget=op.task.budget, op=op, effect=True, actor=actor.label, now=now)
+    return Operation.objects.get(pk=compensation.compensates_id)
+
+
+def _unresolved_target(
+    op: Operation, resolution: str, evidence: str, looked_up: Any
+) -> tuple[str, dict[str, Any]]:
+    """The status a resolution of an unresolved call moves it to, and the fields it writes."""
+    if resolution == "succeeded":
+        return S.SUCCEEDED, {
+            "result": {"resolution": "succeeded", "evidence": evidence},
+            "error": None,
+        }
+    if resolution == "no_effect":
+        return S.FAILED, {"error": {"kind": "no_effect", "message": evidence or "no effect"}}
+    if resolution == "retry_same_key":
+        # One more attempt, granted by a person; the key stays the same.
+        return S.PENDING, {
+            "max_attempts": max(op.max_attempts, op.attempts_used + 1),
+            "next_attempt_at": None,
+            "error": None,
+        }
+    if looked_up:  # lookup
+        return S.SUCCEEDED, {"result": looked_up.result, "error": None}
+    return S.FAILED, {"error": {"kind": "no_effect", "message": "the receiver has no record"}}
+
+
+def _unresolved_settle_txn(
+    op: Operation, actor: Actor, resolution: str, evidence: str, looked_up: Any, now: Any
+) -> None:
+    """Move an unresolved call (locked, with its task) where ``resolution`` says, with what
+    follows: the lookup's invocation, the audit row, the budget, the next delivery, the
+    original a compensation settles, the task's reaction."""
+    from_status = op.status
+    target, fields = _unresolved_target(op, resolution, evidence, looked_up)
+    fields["status_reason"] = f"resolved by {actor.name}: {resolution}"
+    transitioned = operation_transition_txn(
+        op,
+        target,
+        now=now,
+        fields=fields,
+        actor=actor.label,
+        data={"resolution": resolution, "evidence": evidence},
+        event_type=f"operation.resolved_{resolution}",
+    )
+    if resolution == "lookup":
+        # Numbered after the guarded transition: a concurrent resolution of the same
+        # operation was refused above instead of colliding on the invocation number.
+        lookup_invocation_txn(op, looked_up, now)
+    audit_txn(op, actor, resolution, evidence, from_status, target, now)
+    # Limits: a person's word (or the receiver's record) settles what the lost call may
+    # have cost: posted at its hold when there was an effect, released when there was none.
+    effect = {"succeeded": True, "no_effect": False, "lookup": bool(looked_up)}.get(resolution)
+    budget_resolve_txn(budget=op.task.budget, op=op, effect=effect, actor=actor.label, now=now)
+    if target == S.PENDING and op.executor == Operation.EXECUTOR_WORKER:
+        outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+    if op.compensates_id:
+        _settle_original_txn(op, target, now, actor.label)
+    operation_settled_txn(op, transitioned.task, now=now, actor=actor.label)
 
 
 def _intervention_resolve(
@@ -259,19 +280,7 @@ def _intervention_resolve(
         op.task = Task.objects.select_for_update().get(pk=op.task_id)
         fields: dict[str, Any]
         if resolution == "requeue":
-            cause = intervention_cause(op)
-            if cause is not None:
-                raise ResolutionNotAllowed(f"its cause is still there: {cause}")
-            if _requeue_repeats(op, unconfirmed=op.pk in unconfirmed_calls_txn([op.pk])):
-                raise ResolutionNotAllowed(_REFUSALS["requeue"])
-            if op.compensates_id is None:
-                _retry_admitted(op.task)
-            target = S.PENDING
-            fields = {
-                "max_attempts": max(op.max_attempts, op.attempts_used + 1),
-                "next_attempt_at": None,
-                "error": None,
-            }
+            target, fields = S.PENDING, _requeue_fields_txn(op)
         else:
             target = S.FAILED
             fields = {"error": {"kind": "abandoned", "message": evidence}}
@@ -287,19 +296,8 @@ def _intervention_resolve(
             data={"resolution": resolution, "evidence": evidence},
         )
         if op.status == S.PENDING:
-            budget = op.task.budget
-            if budget_rehold_needed(budget, op):
-                # The claim holds again only for a re-dispatch; the next call is numbered here.
-                budget_reserve_txn(
-                    budget=budget,
-                    op=op,
-                    number=op.attempts_used + 1,
-                    now=now,
-                    cleanup=op.compensates_id is not None,
-                )
-            if op.executor == Operation.EXECUTOR_WORKER:
-                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
-        _audit(op, actor, resolution, evidence, from_status, op.status, now)
+            _requeued_txn(op, now)
+        audit_txn(op, actor, resolution, evidence, from_status, op.status, now)
         if op.compensates_id:
             # An abandoned compensation undid nothing: its original's effect stands, for a person.
             _settle_original_txn(op, op.status, now, actor.label)
@@ -308,33 +306,38 @@ def _intervention_resolve(
     return op
 
 
-def _retry_admitted(task: Task) -> None:
-    """Nothing is re-admitted for a stopping task except its compensations. ``task`` was read
-    under its row lock."""
-    if task_stopping(task):
-        raise TaskRefused(
-            "the task has stopped: its work is not retried",
-            code="task_cancelled" if task.cancellation != "none" else "task_terminal",
+def _requeue_fields_txn(op: Operation) -> dict[str, Any]:
+    """What requeueing work stopped for a person (locked, with its task) writes, once nothing
+    refuses it: its cause gone, no unconfirmed effect it could repeat, its task not stopped."""
+    cause = intervention_cause(op)
+    if cause is not None:
+        raise ResolutionNotAllowed(f"its cause is still there: {cause}")
+    if _requeue_repeats(op, unconfirmed=op.pk in unconfirmed_calls_txn([op.pk])):
+        raise ResolutionNotAllowed(_REFUSALS["requeue"])
+    if op.compensates_id is None:
+        retry_admitted(op.task)
+    return {
+        "max_attempts": max(op.max_attempts, op.attempts_used + 1),
+        "next_attempt_at": None,
+        "error": None,
+    }
+
+
+def _requeued_txn(op: Operation, now: Any) -> None:
+    """Requeued work's estimate held again where its task's budget needs it, and a worker's call
+    announced."""
+    budget = op.task.budget
+    if budget_rehold_needed(budget, op):
+        # The claim holds again only for a re-dispatch; the next call is numbered here.
+        budget_reserve_txn(
+            budget=budget,
+            op=op,
+            number=op.attempts_used + 1,
+            now=now,
+            cleanup=op.compensates_id is not None,
         )
-
-
-def _lookup_invocation_txn(op: Operation, looked_up: Any, now: Any) -> None:
-    """The person's lookup is an invocation of its own: asked, answered, with its receipt."""
-    number = (op.invocations.aggregate(n=Max("number"))["n"] or 0) + 1
-    if looked_up:
-        outcome, receipt = Invocation.OUTCOME_SUCCEEDED, looked_up.receipt
-    else:
-        outcome, receipt = "no_record", {"via": "lookup", "found": False}
-    Invocation.objects.create(
-        operation=op,
-        number=number,
-        lease_generation=op.lease_generation,
-        started_at=now,
-        finished_at=now,
-        outcome=outcome,
-        receipt=receipt,
-        provider_handle=getattr(looked_up, "provider_handle", "") or "",
-    )
+    if op.executor == Operation.EXECUTOR_WORKER:
+        outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
 
 
 def _settle_original_txn(compensation: Operation, target: str, now: Any, actor: str) -> None:
@@ -351,27 +354,6 @@ def _settle_original_txn(compensation: Operation, target: str, now: Any, actor: 
             fields={"status_reason": "its compensation had no effect"},
             data={"compensation": compensation.pk},
         )
-
-
-def _audit(
-    op: Operation,
-    actor: Actor,
-    resolution: str,
-    evidence: str,
-    from_status: str,
-    to_status: str,
-    now: Any,
-) -> None:
-    Resolution.objects.create(
-        operation=op,
-        actor=actor.label,
-        resolution=resolution,
-        evidence=evidence,
-        from_status=from_status,
-        to_status=to_status,
-        state_version=op.state_version,
-        at=now,
-    )
 
 
 def unresolved_queue(actor: Actor, limit: int = 100) -> list[Operation]:

@@ -71,8 +71,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.operations:report_decision",
         "runtime.policy",
         "runtime.ratelimits",
-        "runtime.resolutions:_intervention_resolve",
-        "runtime.resolutions:operation_resolve",
         "runtime.signals:signal_send",
         "runtime.simulation.actions",
         "runtime.simulation.ledger:check_budgets",
