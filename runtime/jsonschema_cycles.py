@@ -54,7 +54,6 @@ def reference_cycle(schema: Any) -> str | None:
     validators' own (a ``$dynamicRef``/``$recursiveRef`` counts every anchor it could reach).
     Returns the reference's place, or None. Pure; refuses nothing it cannot resolve (the
     verdict says unavailable of those)."""
-    import referencing.exceptions  # noqa: PLC0415 (on first use: the web process rarely needs it)
     import referencing.jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
 
     if not isinstance(schema, dict):
@@ -64,34 +63,56 @@ def reference_cycle(schema: Any) -> str | None:
     root_spec = referencing.jsonschema.specification_with(
         str(cls.ID_OF(cls.META_SCHEMA) or ""), default=referencing.Specification.OPAQUE
     )
-    nodes: dict[int, dict[str, Any]] = {}
-    places: dict[int, str] = {}
-    # In-place edges: node -> [(target, the reference's place, or "" for a lexical child)]; a
-    # node is an object's id, or (keyword, reference) for the anchors a dynamic one may reach.
-    edges: dict[Hashable, list[tuple[Hashable, str]]] = {}
-    dynamic: list[tuple[int, str, str]] = []  # (node, keyword, reference)
-    # Every object of the document in place first (so each is named by its own place), then
-    # what references reach outside them (inside "enum", say).
-    lexical: list[_Visit] = [(schema, "", root._resolver, root_spec, None, "")]
-    referred: list[_Visit] = []
-    while lexical or referred:
-        node, at, resolver, spec, parent, label = (lexical or referred).pop()
-        if parent is not None:
-            edges[parent].append((id(node), label))
-        if id(node) in nodes:
-            continue
-        nodes[id(node)] = node
-        places[id(node)] = at
-        edges[id(node)] = []
-        dialect = node.get("$schema")
-        if isinstance(dialect, str):
-            spec = referencing.jsonschema.specification_with(dialect, default=spec)
+    graph = _Graph()
+    graph.walk((schema, "", root._resolver, root_spec, None, ""))
+    graph.dynamic_edges()
+    return _cycle(graph.edges)
+
+
+class _Graph:
+    """A schema's objects and its in-place edges: node -> [(target, the reference's place, or ""
+    for a lexical child)]; a node is an object's id, or (keyword, reference) for the anchors a
+    dynamic one may reach."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, dict[str, Any]] = {}
+        self.places: dict[int, str] = {}
+        self.edges: dict[Hashable, list[tuple[Hashable, str]]] = {}
+        self.dynamic: list[tuple[int, str, str]] = []  # (node, keyword, reference)
+
+    def walk(self, first: _Visit) -> None:
+        """Every object of the document in place first (so each is named by its own place),
+        then what references reach outside them (inside "enum", say)."""
+        import referencing.jsonschema  # noqa: PLC0415 (on first use, as reference_cycle)
+
+        lexical: list[_Visit] = [first]
+        referred: list[_Visit] = []
+        while lexical or referred:
+            node, at, resolver, spec, parent, label = (lexical or referred).pop()
+            if parent is not None:
+                self.edges[parent].append((id(node), label))
+            if id(node) in self.nodes:
+                continue
+            self.nodes[id(node)] = node
+            self.places[id(node)] = at
+            self.edges[id(node)] = []
+            dialect = node.get("$schema")
+            if isinstance(dialect, str):
+                spec = referencing.jsonschema.specification_with(dialect, default=spec)
+            referred.extend(self._references(node, at, resolver, spec))
+            lexical.extend(_lexical_children(node, at, resolver, spec))
+
+    def _references(self, node: dict[str, Any], at: str, resolver: Any, spec: Any) -> list[_Visit]:
+        """The objects ``node``'s references resolve to; its dynamic references noted."""
+        import referencing.exceptions  # noqa: PLC0415 (on first use, as reference_cycle)
+
+        found: list[_Visit] = []
         for keyword in engine.REF_KEYWORDS:
             ref = "#" if keyword == "$recursiveRef" else node.get(keyword)
             if keyword not in node or not isinstance(ref, str):
                 continue
             if keyword != "$ref":
-                dynamic.append((id(node), keyword, ref))
+                self.dynamic.append((id(node), keyword, ref))
             try:
                 resolved = resolver.lookup(ref)
             except (referencing.exceptions.Unresolvable, ValueError):
@@ -100,33 +121,38 @@ def reference_cycle(schema: Any) -> str | None:
                 continue
             if isinstance(resolved.contents, dict):
                 place = f"{at}/{keyword}"
-                referred.append(
-                    (resolved.contents, place, resolved.resolver, spec, id(node), place)
-                )
-        for key, value in node.items():
-            if key in engine.DATA_KEYWORDS or key in engine.REF_KEYWORDS:
-                continue
-            for child, where in _children(key, value, f"{at}/{_escape(key)}"):
-                try:
-                    inner = resolver.in_subresource(spec.create_resource(child))
-                except ValueError:
-                    inner = resolver
-                lexical.append(
-                    (child, where, inner, spec, id(node) if key in _IN_PLACE else None, "")
-                )
-    # A dynamic reference may land on any anchor of its kind that the dynamic scope holds: an
-    # edge to one node per anchor, and from it to each anchor (not one edge per pair, which an
-    # agent could make quadratic).
-    for object_id, node in nodes.items():
-        anchor = node.get("$dynamicAnchor")
-        if isinstance(anchor, str):
-            edges.setdefault(("$dynamicRef", f"#{anchor}"), []).append((object_id, ""))
-        if node.get("$recursiveAnchor") is True:
-            edges.setdefault(("$recursiveRef", "#"), []).append((object_id, ""))
-    for source, keyword, ref in dynamic:
-        if (keyword, ref) in edges:
-            edges[source].append(((keyword, ref), f"{places[source]}/{keyword}"))
-    return _cycle(edges)
+                found.append((resolved.contents, place, resolved.resolver, spec, id(node), place))
+        return found
+
+    def dynamic_edges(self) -> None:
+        """A dynamic reference may land on any anchor of its kind that the dynamic scope holds:
+        an edge to one node per anchor, and from it to each anchor (not one edge per pair, which
+        an agent could make quadratic)."""
+        for object_id, node in self.nodes.items():
+            anchor = node.get("$dynamicAnchor")
+            if isinstance(anchor, str):
+                self.edges.setdefault(("$dynamicRef", f"#{anchor}"), []).append((object_id, ""))
+            if node.get("$recursiveAnchor") is True:
+                self.edges.setdefault(("$recursiveRef", "#"), []).append((object_id, ""))
+        for source, keyword, ref in self.dynamic:
+            if (keyword, ref) in self.edges:
+                self.edges[source].append(((keyword, ref), f"{self.places[source]}/{keyword}"))
+
+
+def _lexical_children(node: dict[str, Any], at: str, resolver: Any, spec: Any) -> list[_Visit]:
+    """The objects under ``node``'s keywords, each with the resolver of its own scope, linked to
+    ``node`` where the keyword applies them in place."""
+    found: list[_Visit] = []
+    for key, value in node.items():
+        if key in engine.DATA_KEYWORDS or key in engine.REF_KEYWORDS:
+            continue
+        for child, where in _children(key, value, f"{at}/{_escape(key)}"):
+            try:
+                inner = resolver.in_subresource(spec.create_resource(child))
+            except ValueError:
+                inner = resolver
+            found.append((child, where, inner, spec, id(node) if key in _IN_PLACE else None, ""))
+    return found
 
 
 def _cycle(edges: dict[Hashable, list[tuple[Hashable, str]]]) -> str | None:

@@ -144,10 +144,19 @@ def _additional_properties(validator: Any, aP: Any, instance: Any, schema: Any) 
 def _evaluated_keys(validator: Any, instance: Any, schema: Any, legacy: bool) -> list[str]:
     """jsonschema's ``find_evaluated_property_keys_by_schema`` (``legacy``: its draft 2019-09
     variant, as that draft's validator runs it), patterns on RE2."""
-    import referencing.jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
-
     if validator.is_type(schema, "boolean"):
         return []
+    return [
+        *_referenced_keys(validator, instance, schema, legacy),
+        *_own_keys(validator, instance, schema, legacy),
+        *_applied_keys(validator, instance, schema, legacy),
+    ]
+
+
+def _referenced_keys(validator: Any, instance: Any, schema: Any, legacy: bool) -> list[str]:
+    """The keys evaluated by what the schema's references resolve to."""
+    import referencing.jsonschema  # noqa: PLC0415 (on first use: the web process rarely needs it)
+
     keys: list[str] = []
     targets = []
     if (ref := schema.get("$ref")) is not None:
@@ -159,6 +168,13 @@ def _evaluated_keys(validator: Any, instance: Any, schema: Any, legacy: bool) ->
     for resolved in targets:
         inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
         keys += _evaluated_keys(inner, instance, resolved.contents, legacy)
+    return keys
+
+
+def _own_keys(validator: Any, instance: Any, schema: Any, legacy: bool) -> list[str]:
+    """The keys the schema's own property keywords evaluate (properties, additional and
+    unevaluated properties, pattern properties)."""
+    keys: list[str] = []
     if legacy:
         for keyword in ("properties", "additionalProperties", "unevaluatedProperties"):
             value = schema.get(keyword)
@@ -179,6 +195,13 @@ def _evaluated_keys(validator: Any, instance: Any, schema: Any, legacy: bool) ->
                 ]
     for pattern in schema.get("patternProperties", {}):
         keys += [name for name in instance if pattern_search(pattern, name)]
+    return keys
+
+
+def _applied_keys(validator: Any, instance: Any, schema: Any, legacy: bool) -> list[str]:
+    """The keys evaluated by the subschemas applied to the same instance that apply to it
+    (dependentSchemas, allOf/oneOf/anyOf, if/then/else)."""
+    keys: list[str] = []
     for name, subschema in schema.get("dependentSchemas", {}).items():
         if name in instance:
             keys += _evaluated_keys(validator, instance, subschema, legacy)

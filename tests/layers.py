@@ -60,7 +60,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.hotpath",
         "runtime.hotpath:accept_batch_txn",
         "runtime.hotpath:propose_txn",
-        "runtime.jsonschema_cycles:reference_cycle",
         "runtime.leases",
         "runtime.leases:_claim_txn",
         "runtime.notifications",
