@@ -80,7 +80,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.tasks",
         "runtime.tasks:task_create_txn",
         "runtime.tool_declarations:tool_edit",
-        "runtime.tools.outbound:http_request",
         "runtime.waits",
         "runtime.waits:_propose",
     }

@@ -20,7 +20,7 @@ import http.client
 import socket
 import ssl
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from runtime.address_guard import NOTIFY_SWITCH, PrivateHost, host_addresses, url_validate
 from runtime.errors import InvalidInput
@@ -53,42 +53,12 @@ def http_request(
     lookup a DNS answer could change in between); ``switch`` names the setting that lets this
     use reach private addresses. Raises ToolFailure as the module docstring says. Preconditions:
     no transaction open (the caller's invocation runs outside one)."""
-    try:
-        # Checked again before each request: an environment's URL was never typed into a form.
-        url_validate(url, switch=switch)
-    except InvalidInput as exc:
-        raise ToolFailure(ToolFailure.PERMANENT, exc.message) from None
-    parts = urlsplit(url)
+    parts, address, port = _guarded_address(url, switch)
     host = parts.hostname or ""
-    https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
-    try:
-        addresses = host_addresses(host, port, switch=switch)
-    except PrivateHost as exc:
-        raise ToolFailure(ToolFailure.PERMANENT, str(exc)) from None
-    except OSError as exc:
-        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot resolve {host}: {exc}") from None
     path = parts.path or "/"
     if parts.query:
         path = f"{path}?{parts.query}"
-    try:
-        sock = socket.create_connection((addresses[0], port), timeout=timeout)
-    except OSError as exc:
-        # Refused, unreachable or not connected in time: nothing was sent.
-        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot connect to {host}: {exc}") from None
-    conn: http.client.HTTPConnection
-    if https:
-        context = ssl.create_default_context()
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
-        try:
-            conn.sock = context.wrap_socket(sock, server_hostname=host)
-        except (OSError, ssl.SSLError) as exc:
-            sock.close()
-            # The handshake carries no request: nothing was sent.
-            raise ToolFailure(ToolFailure.TRANSIENT, f"TLS with {host} failed: {exc}") from None
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        conn.sock = sock
+    conn = _connection(host, address, port, https=parts.scheme == "https", timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
@@ -105,6 +75,52 @@ def http_request(
         raise ToolFailure(ToolFailure.UNKNOWN, f"no answer from {host}: {exc!r}"[:500]) from None
     finally:
         conn.close()
+
+
+def _guarded_address(url: str, switch: str) -> tuple[SplitResult, str, int]:
+    """The URL's parts, the address the guard accepted for its host, and the port; a URL or
+    address the guard refuses is a permanent failure, a name that does not resolve a transient
+    one."""
+    try:
+        # Checked again before each request: an environment's URL was never typed into a form.
+        url_validate(url, switch=switch)
+    except InvalidInput as exc:
+        raise ToolFailure(ToolFailure.PERMANENT, exc.message) from None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = host_addresses(host, port, switch=switch)
+    except PrivateHost as exc:
+        raise ToolFailure(ToolFailure.PERMANENT, str(exc)) from None
+    except OSError as exc:
+        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot resolve {host}: {exc}") from None
+    return parts, addresses[0], port
+
+
+def _connection(
+    host: str, address: str, port: int, *, https: bool, timeout: float
+) -> http.client.HTTPConnection:
+    """A connection to ``address`` for ``host`` (TLS checked against the host's name); failing
+    to connect is transient, nothing was sent."""
+    try:
+        sock = socket.create_connection((address, port), timeout=timeout)
+    except OSError as exc:
+        # Refused, unreachable or not connected in time: nothing was sent.
+        raise ToolFailure(ToolFailure.TRANSIENT, f"cannot connect to {host}: {exc}") from None
+    if not https:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.sock = sock
+        return conn
+    context = ssl.create_default_context()
+    tls = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+    try:
+        tls.sock = context.wrap_socket(sock, server_hostname=host)
+    except (OSError, ssl.SSLError) as exc:
+        sock.close()
+        # The handshake carries no request: nothing was sent.
+        raise ToolFailure(ToolFailure.TRANSIENT, f"TLS with {host} failed: {exc}") from None
+    return tls
 
 
 def answer_check(answer: Answer) -> None:
