@@ -15,7 +15,8 @@ from runtime.approvals import approval_expire_sweep
 from runtime.artifacts import artifact_reconcile, reconcile_due
 from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
-from runtime.notifications import expiry_notice_sweep, notify_dispatch
+from runtime.notifications.dispatch import notify_dispatch
+from runtime.notifications.reminders import expiry_notice_sweep
 from runtime.outbox import outbox_sweep
 from runtime.schedules.firing import schedules_sweep
 from runtime.sqlfiles import queries

@@ -22,7 +22,7 @@ from django.db import close_old_connections, connections
 
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
 from runtime.executor import operation_deliver, queue_drain
-from runtime.notifications import notify_dispatch as _notify_dispatch
+from runtime.notifications.dispatch import notify_dispatch as _notify_dispatch
 from runtime.slots import slots_start, slots_stop
 from runtime.waits import wait_wake
 

@@ -62,7 +62,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.hotpath:propose_txn",
         "runtime.leases",
         "runtime.leases:_claim_txn",
-        "runtime.notifications",
         "runtime.operations",
         "runtime.operations:_propose",
         "runtime.operations:operation_report",

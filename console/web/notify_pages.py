@@ -13,11 +13,13 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.web.views import console_view
-from runtime import notifications, policy
+from runtime import policy
 from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.models import NotificationEndpoint
 from runtime.models.notifications import Channel, NotificationKind
+from runtime.notifications import endpoints, people
+from runtime.selectors import notifications
 
 
 @require_GET
@@ -67,7 +69,7 @@ def _settings_page(
 def notification_settings(request: HttpRequest, actor: Actor) -> HttpResponse:
     if request.method != "POST":
         return _settings_page(request, actor)
-    notifications.preference_save(
+    people.preference_save(
         actor,
         email_enabled=request.POST.get("email_enabled") == "1",
         email=request.POST.get("email", "")[:300],
@@ -82,7 +84,7 @@ def notification_settings(request: HttpRequest, actor: Actor) -> HttpResponse:
 @require_POST
 @console_view
 def endpoint_add(request: HttpRequest, actor: Actor) -> HttpResponse:
-    endpoint, secret = notifications.endpoint_create(
+    endpoint, secret = endpoints.endpoint_create(
         actor,
         name=request.POST.get("name", "")[:200],
         url=request.POST.get("url", "")[:2100],
@@ -95,7 +97,7 @@ def endpoint_add(request: HttpRequest, actor: Actor) -> HttpResponse:
 @require_POST
 @console_view
 def endpoint_remove(request: HttpRequest, actor: Actor, endpoint_id: str) -> HttpResponse:
-    notifications.endpoint_remove(actor, endpoint_id)
+    endpoints.endpoint_remove(actor, endpoint_id)
     messages.success(request, "The webhook is removed: nothing more is sent to it.")
     return HttpResponseRedirect("/settings/notifications/")
 
@@ -104,7 +106,7 @@ def endpoint_remove(request: HttpRequest, actor: Actor, endpoint_id: str) -> Htt
 @console_view
 def task_watch(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
     watch = request.POST.get("watch") == "1"
-    notifications.task_watch_set(actor, task_id, watch=watch)
+    people.task_watch_set(actor, task_id, watch=watch)
     messages.success(
         request,
         "You watch this task: its notifications reach you too."

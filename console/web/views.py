@@ -25,7 +25,7 @@ from console.web.decorators import console_view
 from console.web.formats import elapsed
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
-from runtime import attempts, budgets, cancellation, notifications, operations, policy, tasks
+from runtime import attempts, budgets, cancellation, operations, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.control import commands_of_task
@@ -33,6 +33,7 @@ from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.rules.statuses import TaskCondition, TaskOutcome
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
+from runtime.selectors.notifications import task_watching
 from runtime.signals import signals_of_task
 from runtime.waits import expired_wait_count, waits_of_task
 
@@ -171,7 +172,7 @@ def task_detail(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
     context["last_seq"] = events[-1].seq if events else 0
     context["input_text"] = json_text(context["task"].input)
     context["can_watch"] = policy.allowed(policy.can_watch_task, actor, context["task"])
-    context["watching"] = notifications.task_watching(actor, task_id)
+    context["watching"] = task_watching(actor, task_id)
 
     context.update(outcomes_context(actor, task_id))
     return render(request, "console/task_detail.html", context)

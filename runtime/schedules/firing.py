@@ -16,9 +16,7 @@ from runtime.crashpoints import crash_point
 from runtime.errors import DomainError, InvalidInput
 from runtime.models import Schedule, ScheduleRun, Task
 from runtime.models.schedules import Overlap, RunStatus, SkipReason
-from runtime.policy import (
-    can_create_task,
-)
+from runtime.policy import can_create_task
 from runtime.rules.statuses import TaskCondition
 from runtime.schedule_owners import owner_inactive_reason, owner_pause_txn
 from runtime.schedules.specs import template_spec

@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from runtime.models import ApiToken, Approval, Operation, Task
-from runtime.notifications import approval_link
+from runtime.notifications.dispatch import approval_link
 from runtime.sandbox.receivers import effects_under
 from runtime.tokens import token_revoke
 from runtime.tools.base import tool_catalogue

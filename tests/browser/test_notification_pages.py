@@ -21,7 +21,8 @@ from runtime.models import (
     Operation,
     TaskWatch,
 )
-from runtime.notifications import dispatch_due, fan_out
+from runtime.notifications.dispatch import dispatch_due
+from runtime.notifications.fanout import fan_out
 from tests import factories
 from tests.browser.conftest import TIMEOUT_MS, login
 

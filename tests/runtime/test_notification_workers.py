@@ -19,7 +19,7 @@ from agent_console_client import webhook_signature_valid
 from aiosmtpd.controller import Controller
 
 from runtime.models import Approval, Invocation, Notification, Operation
-from runtime.notifications import approval_link
+from runtime.notifications.dispatch import approval_link
 from tests import factories
 from tests.conftest import free_port, wait_for
 

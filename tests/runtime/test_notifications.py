@@ -32,17 +32,11 @@ from runtime.models import (
     Operation,
     TaskWatch,
 )
-from runtime.notifications import (
-    approval_link,
-    dispatch_due,
-    endpoint_create,
-    endpoint_remove,
-    expiry_notice_sweep,
-    fan_out,
-    notification_task_id,
-    preference_save,
-    quiet_until,
-)
+from runtime.notifications.dispatch import approval_link, dispatch_due, notification_task_id
+from runtime.notifications.endpoints import endpoint_create, endpoint_remove
+from runtime.notifications.fanout import fan_out
+from runtime.notifications.people import preference_save, quiet_until
+from runtime.notifications.reminders import expiry_notice_sweep
 from runtime.notify_secrets import PrivateHost, host_addresses
 from runtime.specs import OperationSpec
 from runtime.tool_invocation import invocation_context

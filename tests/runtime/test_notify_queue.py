@@ -18,13 +18,13 @@ import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
+from runtime.operations import OperationSpec, operation_propose
 
 from console.management.commands import runstack
 from runtime.actors import SYSTEM
 from runtime.drainers import queue_of
 from runtime.models import Execution, Invocation, Operation
-from runtime.notifications import notification_task_id
-from runtime.operations import OperationSpec, operation_propose
+from runtime.notifications.dispatch import notification_task_id
 from tests import factories
 from tests.conftest import ROOT, wait_for
 from tests.system.test_embedded_run import _embedded_env
@@ -152,7 +152,7 @@ def test_a_work_queue_worker_leaves_notifications_and_the_default_layout_runs_th
 _PROPOSE = """
 from django.utils import timezone
 from runtime.actors import SYSTEM
-from runtime.notifications import notification_task_id
+from runtime.notifications.dispatch import notification_task_id
 from runtime.operations import OperationSpec, operation_propose
 op, _ = operation_propose(SYSTEM, notification_task_id(timezone.now()), OperationSpec(
     tool="notify.email", step="tell",

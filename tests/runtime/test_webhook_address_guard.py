@@ -17,7 +17,7 @@ from django.test.utils import override_settings
 
 from runtime.errors import InvalidInput
 from runtime.models import AuditRecord, NotificationEndpoint, Operation
-from runtime.notifications import endpoint_create
+from runtime.notifications.endpoints import endpoint_create
 from runtime.notify_secrets import PrivateHost, address_refused, host_addresses, url_validate
 from runtime.tool_invocation import invocation_context
 from runtime.tools import ToolFailure, adapter_for
