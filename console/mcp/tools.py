@@ -39,7 +39,6 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
-from runtime.operations import operation_get, operation_propose
 
 from console.api.errors import classify, error_body
 from console.api.parsers import json_problem
@@ -50,6 +49,7 @@ from runtime.events import TASK_GROUP
 from runtime.hashing import params_hash
 from runtime.models import Approval, Operation
 from runtime.notifications.dispatch import approval_link
+from runtime.operations import operation_get, operation_propose
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.approvals import approval_current, approval_list
 from runtime.specs import OperationSpec

@@ -18,13 +18,13 @@ import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
-from runtime.operations import OperationSpec, operation_propose
 
 from console.management.commands import runstack
 from runtime.actors import SYSTEM
 from runtime.drainers import queue_of
 from runtime.models import Execution, Invocation, Operation
 from runtime.notifications.dispatch import notification_task_id
+from runtime.operations import OperationSpec, operation_propose
 from tests import factories
 from tests.conftest import ROOT, wait_for
 from tests.system.test_embedded_run import _embedded_env
