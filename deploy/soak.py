@@ -619,7 +619,6 @@ def verdict(acked: Acked, settled: bool) -> Verdict:
     from django.db.models import Count, Sum
     from django.utils import timezone
 
-    from runtime.artifacts import artifact_content
     from runtime.models import (
         Artifact,
         BudgetHold,
@@ -634,6 +633,7 @@ def verdict(acked: Acked, settled: bool) -> Verdict:
     from runtime.rules.statuses import OperationStatus as S
     from runtime.sandbox import receivers
     from runtime.sandbox.models import Charge, Notification, Reservation
+    from runtime.selectors.artifacts import artifact_content
 
     v = Verdict(settled=settled)
     now = timezone.now()

@@ -7,7 +7,9 @@ same size and digest. ``accepted``: the task's manifest entry for the name, comm
 task's ``state_version`` is the one the caller expected; accepting a name again supersedes the
 previous entry and makes the checks made on it stale.
 
-Storage calls never run inside a database transaction: each stage commits on its own."""
+Storage calls never run inside a database transaction: each stage commits on its own. Here:
+names, upload and acceptance; the reads are in runtime.selectors.artifacts, the sweeper's
+reconciliation in runtime.artifact_reconciliation."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import re
 import time
 import unicodedata
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import IO, Any
 
 from django.conf import settings
@@ -28,7 +30,6 @@ from runtime.crashpoints import crash_point
 from runtime.errors import (
     Conflict,
     InvalidInput,
-    NotFound,
     PayloadTooLarge,
     StorageUnavailable,
     TaskRefused,
@@ -37,15 +38,15 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.models import Artifact, ArtifactStatus, CheckResult, ContentKey, Operation, Task
-from runtime.policy import allowed, can_write_outcomes, task_scope
+from runtime.policy import allowed, can_write_outcomes
 from runtime.rules.statuses import TaskCondition
-from runtime.statemachine import task_transition_txn
+from runtime.selectors.artifacts import artifact_get
 from runtime.tasks import task_get
 from runtime.text import name_check
+from runtime.transitions.status import task_transition_txn
 
 A = ArtifactStatus
 
-# --- names and media types ----------------------------------------------------------------
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -84,9 +85,6 @@ def may_write(actor: Actor, task: Task) -> bool:
 
 def _authorize_write(actor: Actor, task: Task) -> None:
     can_write_outcomes(actor, task)
-
-
-# --- upload: staged -> stored ---------------------------------------------------------------
 
 
 @dataclass
@@ -131,6 +129,13 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
     ``PayloadTooLarge``/``UnsupportedMediaType``/``InvalidInput`` before anything is written,
     ``StorageUnavailable`` when the bytes could not be stored and verified (the row is then
     ``failed`` and the reconciler reclaims whatever reached the storage)."""
+    artifact = _stage(actor, task_id, spec)
+    _store(artifact, content, actor.label)
+    return artifact_mark_stored(artifact.pk, actor.label, reason="")
+
+
+def _stage(actor: Actor, task_id: str, spec: UploadSpec) -> Artifact:
+    """The ``staged`` row (intent and provenance), committed before any byte is read."""
     task = task_get(actor, task_id)
     _authorize_write(actor, task)
     if task.condition == TaskCondition.TERMINAL:
@@ -151,11 +156,17 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
             input_digests=provenance["input_digests"],
             created_by=actor.label,
         )
-        _event_txn(artifact, "artifact.staged", now, actor.label)
+        artifact_event_txn(artifact, "artifact.staged", now, actor.label)
+    return artifact
+
+
+def _store(artifact: Artifact, content: IO[bytes], actor: str) -> None:
+    """Measure the bytes, claim their address, write and read them back; a failure marks the
+    row ``failed`` (or leaves it staged for the reconciler when only the read-back failed)."""
     try:
         measured = store.measure(store.file_chunks(content), limit=settings.ARTIFACT_MAX_BYTES)
     except store.TooLarge:
-        _fail(artifact, "larger than ARTIFACT_MAX_BYTES", actor.label)
+        artifact_fail(artifact, "larger than ARTIFACT_MAX_BYTES", actor)
         raise PayloadTooLarge(
             f"the artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes"
         ) from None
@@ -165,12 +176,12 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
     try:
         _content_claim(artifact.pk, key, measured)
     except StorageUnavailable as exc:
-        _fail(artifact, str(exc), actor.label)
+        artifact_fail(artifact, str(exc), actor)
         raise
     try:
-        store.content_put(key, content, measured=measured, media_type=media_type)
+        store.content_put(key, content, measured=measured, media_type=artifact.media_type)
     except Exception as exc:
-        _fail(artifact, f"storage error: {type(exc).__name__}", actor.label)
+        artifact_fail(artifact, f"storage error: {type(exc).__name__}", actor)
         raise StorageUnavailable("the artifact storage did not take the bytes") from exc
     try:
         crash_point("artifact.after_put")
@@ -184,12 +195,11 @@ def artifact_upload(actor: Actor, task_id: str, spec: UploadSpec, content: IO[by
             f"once they verify (id {artifact.pk})"
         ) from exc
     if problem is not None:
-        _fail(artifact, problem, actor.label)
+        artifact_fail(artifact, problem, actor)
         raise StorageUnavailable(f"the stored bytes did not verify: {problem}")
-    return _mark_stored(artifact.pk, actor.label, reason="")
 
 
-def _content_lock_txn(key: str) -> ContentKey:
+def content_lock_txn(key: str) -> ContentKey:
     """Lock the key's ContentKey row (created on first use) inside the caller's transaction. The
     lock is taken by a write, so it also serialises on SQLite, where SELECT ... FOR UPDATE does
     nothing."""
@@ -208,7 +218,7 @@ def _content_claim(artifact_id: str, key: str, measured: store.Measured) -> None
     deadline = time.monotonic() + settings.ARTIFACT_DELETION_WAIT_SECONDS
     while True:
         with transaction.atomic():
-            if _content_lock_txn(key).deleting_since is None:
+            if content_lock_txn(key).deleting_since is None:
                 Artifact.objects.filter(pk=artifact_id, status=A.STAGED).update(
                     digest=measured.digest,
                     size=measured.size,
@@ -224,7 +234,7 @@ def _content_claim(artifact_id: str, key: str, measured: store.Measured) -> None
         time.sleep(0.1)
 
 
-def _mark_stored(artifact_id: str, actor: str, *, reason: str) -> Artifact:
+def artifact_mark_stored(artifact_id: str, actor: str, *, reason: str) -> Artifact:
     now = timezone.now()
     with transaction.atomic():
         touched = Artifact.objects.filter(pk=artifact_id, status=A.STAGED).update(
@@ -233,11 +243,11 @@ def _mark_stored(artifact_id: str, actor: str, *, reason: str) -> Artifact:
         artifact = Artifact.objects.get(pk=artifact_id)
         if touched != 1:
             raise Conflict(f"artifact {artifact_id} is {artifact.status}, not staged")
-        _event_txn(artifact, "artifact.stored", now, actor, reason=reason or None)
+        artifact_event_txn(artifact, "artifact.stored", now, actor, reason=reason or None)
     return artifact
 
 
-def _fail(artifact: Artifact, reason: str, actor: str) -> None:
+def artifact_fail(artifact: Artifact, reason: str, actor: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         touched = Artifact.objects.filter(pk=artifact.pk, status=A.STAGED).update(
@@ -245,10 +255,12 @@ def _fail(artifact: Artifact, reason: str, actor: str) -> None:
         )
         if touched:
             artifact.status = A.FAILED
-            _event_txn(artifact, "artifact.failed", now, actor, reason=reason)
+            artifact_event_txn(artifact, "artifact.failed", now, actor, reason=reason)
 
 
-def _event_txn(artifact: Artifact, type: str, now: datetime, actor: str, **extra: Any) -> None:
+def artifact_event_txn(
+    artifact: Artifact, type: str, now: datetime, actor: str, **extra: Any
+) -> None:
     data: dict[str, Any] = {
         "artifact": artifact.pk,
         "name": artifact.name,
@@ -266,9 +278,6 @@ def _event_txn(artifact: Artifact, type: str, now: datetime, actor: str, **extra
         actor=actor,
         data=data,
     )
-
-
-# --- acceptance: stored -> accepted, guarded on the task's state version --------------------
 
 
 def artifact_accept(actor: Actor, artifact_id: str, *, expected_state_version: int) -> Artifact:
@@ -321,201 +330,3 @@ def artifact_accept(actor: Actor, artifact_id: str, *, expected_state_version: i
         crash_point("artifact.accept_before_commit")
     artifact.refresh_from_db()
     return artifact
-
-
-# --- reads ----------------------------------------------------------------------------------
-
-
-def artifact_get(actor: Actor, artifact_id: str) -> Artifact:
-    """The artifact if its task is visible to the actor; NotFound otherwise."""
-    artifact = (
-        Artifact.objects.filter(task_scope(actor, "task__"), pk=artifact_id)
-        .select_related("operation", "attempt")
-        .first()
-    )
-    if artifact is None:
-        raise NotFound("no such artifact")
-    return artifact
-
-
-def artifact_list(actor: Actor, task_id: str, limit: int = 200) -> list[Artifact]:
-    task_get(actor, task_id)
-    return list(
-        Artifact.objects.filter(task_id=task_id)
-        .select_related("operation", "attempt")
-        .order_by("-created_at", "-id")[:limit]
-    )
-
-
-def artifacts_current(task_id: str) -> dict[str, Artifact]:
-    """The task's manifest: the accepted artifact per name."""
-    rows = Artifact.objects.filter(task_id=task_id, status=A.ACCEPTED)
-    return {a.name: a for a in rows}
-
-
-def artifact_content(actor: Actor, artifact_id: str) -> tuple[Artifact, IO[bytes]]:
-    """The artifact and an open stream of its bytes (stored, accepted or superseded ones)."""
-    artifact = artifact_get(actor, artifact_id)
-    if artifact.status not in (A.STORED, A.ACCEPTED, A.SUPERSEDED):
-        raise NotFound(f"artifact {artifact.pk} has no stored content ({artifact.status})")
-    try:
-        return artifact, store.content_open(artifact.storage_key)
-    except store.ContentMissing:
-        raise NotFound("the artifact's content is no longer stored") from None
-
-
-def verification_of(artifact: Artifact, checks: list[CheckResult]) -> str:
-    """How far the artifact's bytes are verified, for labelling partial artifacts:
-    ``passed``/``failed`` from its newest current checks, else ``unverified``. Pure."""
-    mine = [c for c in checks if c.subject_id == artifact.pk and not c.stale]
-    if not mine:
-        return "unverified"
-    if any(c.result != CheckResult.PASSED for c in mine):
-        return "failed"
-    return "passed"
-
-
-def provenance_statement(artifact: Artifact) -> dict[str, Any]:
-    """An in-toto Statement (v1) with a SLSA provenance (v1) predicate for the artifact. Pure
-    given the artifact and its related rows."""
-    op = artifact.operation
-    attempt = artifact.attempt
-    external: dict[str, Any] = {"task": artifact.task_id, "name": artifact.name}
-    if op is not None:
-        external["operation"] = {
-            "id": op.pk,
-            "tool": op.tool,
-            "tool_version": op.tool_version,
-            "step": op.step,
-            "idempotency_key": op.idempotency_key,
-            "params_hash": op.params_hash,
-        }
-    return {
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": artifact.name, "digest": {"sha256": store.hex_of(artifact.digest)}}],
-        "predicateType": "https://slsa.dev/provenance/v1",
-        "predicate": {
-            "buildDefinition": {
-                "buildType": "https://agent-console.dev/artifact/v1",
-                "externalParameters": external,
-                "internalParameters": {
-                    "attempt": {"id": attempt.pk, "number": attempt.number} if attempt else None,
-                    "media_type": artifact.media_type,
-                    "size": artifact.size,
-                },
-                "resolvedDependencies": [
-                    {
-                        "name": d.get("name") or d.get("artifact") or "input",
-                        "digest": {"sha256": store.hex_of(d["digest"])},
-                        **({"annotations": {"artifact": d["artifact"]}} if "artifact" in d else {}),
-                    }
-                    for d in artifact.input_digests
-                ],
-            },
-            "runDetails": {
-                "builder": {
-                    "id": "https://agent-console.dev/runtime",
-                    "version": {"agent-console": artifact.code_version},
-                },
-                "metadata": {
-                    "invocationId": artifact.execution_id or (op.pk if op else artifact.pk),
-                    "startedOn": _iso(artifact.created_at),
-                    "finishedOn": _iso(artifact.updated_at),
-                },
-                "byproducts": [
-                    {
-                        "name": "artifact",
-                        "annotations": {"id": artifact.pk, "stage": artifact.status},
-                    }
-                ],
-            },
-        },
-    }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-# --- reconciliation (the sweeper) -----------------------------------------------------------
-
-
-def artifact_reconcile(now: datetime | None = None) -> dict[str, int]:
-    """Reconcile stored bytes with the rows that reference them, under the retention policy.
-
-    - A ``staged`` row older than ``ARTIFACT_STAGING_GRACE_SECONDS`` is an upload that stopped
-      (a crash, a lost connection): when its recorded key verifies it is recovered to
-      ``stored``, otherwise it becomes ``failed``.
-    - A ``stored`` (never accepted) artifact of a task that has ended, untouched for
-      ``ARTIFACT_RETENTION_SECONDS``, is ``discarded``. Tasks still running own their uploads:
-      their artifacts are kept whatever their age.
-    - Stored content that no holding row references (failed, discarded, or never registered)
-      and older than the retention is deleted; each key is rechecked just before deletion.
-
-    Runs its storage calls outside any transaction."""
-    now = now or timezone.now()
-    grace = now - timedelta(seconds=settings.ARTIFACT_STAGING_GRACE_SECONDS)
-    retention = now - timedelta(seconds=settings.ARTIFACT_RETENTION_SECONDS)
-    counts = {"recovered": 0, "failed": 0, "discarded": 0, "deleted": 0}
-    for artifact in Artifact.objects.filter(status=A.STAGED, updated_at__lt=grace)[:200]:
-        problem = "the upload never recorded its content"
-        if artifact.storage_key:
-            problem = (
-                store.content_verify(
-                    artifact.storage_key,
-                    store.Measured(store.hex_of(artifact.digest), artifact.size or 0),
-                )
-                or ""
-            )
-        if not problem:
-            try:
-                _mark_stored(artifact.pk, "system:reconciler", reason="recovered by reconciliation")
-                counts["recovered"] += 1
-            except Conflict:
-                pass
-        else:
-            _fail(artifact, f"upload did not complete: {problem}", "system:reconciler")
-            counts["failed"] += 1
-    for artifact in Artifact.objects.filter(
-        status=A.STORED, updated_at__lt=retention, task__condition=TaskCondition.TERMINAL
-    )[:200]:
-        with transaction.atomic():
-            touched = Artifact.objects.filter(
-                pk=artifact.pk, status=A.STORED, updated_at=artifact.updated_at
-            ).update(status=A.DISCARDED, status_reason="never accepted", updated_at=now)
-            if touched:
-                artifact.status = A.DISCARDED
-                _event_txn(artifact, "artifact.discarded", now, "system:reconciler")
-                counts["discarded"] += 1
-    # A deletion that a reconciler began and never finished (it died) is finished here: the key
-    # stays marked until then, and uploads of those bytes wait for it.
-    stale = now - timedelta(seconds=settings.ARTIFACT_DELETION_STALE_SECONDS)
-    for key in ContentKey.objects.filter(deleting_since__lt=stale).values_list("key", flat=True):
-        store.content_delete(key)
-        ContentKey.objects.filter(key=key).delete()
-    for key, modified in list(store.content_listing()):
-        if modified >= retention:
-            continue
-        if _content_deletion_begin(key, now):
-            crash_point("reconcile.before_delete")
-            store.content_delete(key)
-            ContentKey.objects.filter(key=key).delete()
-            counts["deleted"] += 1
-    return counts
-
-
-def _content_deletion_begin(key: str, now: datetime) -> bool:
-    """Mark ``key`` as being deleted, under its lock, if no holding row references it (the
-    decision and an upload's claim on the key are serialised by that lock)."""
-    with transaction.atomic():
-        _content_lock_txn(key)
-        if Artifact.objects.filter(storage_key=key, status__in=A.HOLDING).exists():
-            ContentKey.objects.filter(key=key, deleting_since__isnull=True).delete()
-            return False
-        ContentKey.objects.filter(key=key).update(deleting_since=now)
-    return True
-
-
-def reconcile_due(now: datetime, last: datetime | None) -> bool:
-    """Whether the sweeper should reconcile now (storage listings are not free). Pure."""
-    return last is None or (now - last).total_seconds() >= settings.ARTIFACT_RECONCILE_SECONDS

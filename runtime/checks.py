@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.artifacts import artifacts_current, may_write
+from runtime.artifacts import may_write
 from runtime.checkers import (
     CheckContext,
     Checker,
@@ -39,6 +39,7 @@ from runtime.errors import NotAuthorized, UnknownChecker
 from runtime.events import event_append_txn
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
 from runtime.operations import OperationSpec, operation_propose
+from runtime.selectors.artifacts import artifacts_current
 from runtime.tasks import task_get
 
 # Re-exported: callers and tests register and declare checkers through this module too.

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runtime.approvals import approval_expire_sweep
-from runtime.artifacts import artifact_reconcile, reconcile_due
+from runtime.artifact_reconciliation import artifact_reconcile, reconcile_due
 from runtime.cancellation import children_sweep
 from runtime.leases import lease_expire_sweep
 from runtime.notifications.dispatch import notify_dispatch

@@ -21,9 +21,17 @@ from console.api.idempotency import idempotent
 from console.api.parsers import text_problem
 from console.api.serializers import Int, iso, parse
 from console.api.views import ApiView, task_body
-from runtime import artifacts, checks, completion
+from runtime import checks, completion
+from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.errors import InvalidInput, PayloadTooLarge
 from runtime.models import Artifact, CheckResult
+from runtime.selectors.artifacts import (
+    artifact_content,
+    artifact_get,
+    artifact_list,
+    provenance_statement,
+    verification_of,
+)
 
 # Shown inline (preview) on request; everything else is always an attachment.
 INLINE_TYPES = (
@@ -133,11 +141,9 @@ class TaskArtifacts(ApiView):
         responses=doc.responses({200: doc.ArtifactListSerializer}),
     )
     def get(self, request: Request, task_id: str) -> Response:
-        rows = artifacts.artifact_list(actor_of(request), task_id)
+        rows = artifact_list(actor_of(request), task_id)
         history = checks.check_history(actor_of(request), task_id)
-        return Response(
-            {"artifacts": [artifact_out(a, artifacts.verification_of(a, history)) for a in rows]}
-        )
+        return Response({"artifacts": [artifact_out(a, verification_of(a, history)) for a in rows]})
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
@@ -171,14 +177,14 @@ class TaskArtifacts(ApiView):
             if problem:
                 raise InvalidInput(f"{field}: {problem}")
             fields[field] = value or ""
-        spec = artifacts.UploadSpec(
+        spec = UploadSpec(
             name=fields["name"] or (upload.name or ""),
             media_type=fields["media_type"] or (upload.content_type or ""),
             operation_id=fields["operation"] or None,
             inputs=_split(fields["inputs"]),
             input_digests=_split(fields["input_digests"]),
         )
-        artifact = artifacts.artifact_upload(actor_of(request), task_id, spec, upload)
+        artifact = artifact_upload(actor_of(request), task_id, spec, upload)
         return Response(artifact_out(artifact, "unverified"), status=201)
 
 
@@ -193,9 +199,9 @@ class AcceptIn(serializers.Serializer):
 class ArtifactDetail(ApiView):
     @extend_schema(responses=doc.responses({200: doc.ArtifactSerializer}))
     def get(self, request: Request, artifact_id: str) -> Response:
-        artifact = artifacts.artifact_get(actor_of(request), artifact_id)
+        artifact = artifact_get(actor_of(request), artifact_id)
         history = checks.check_history(actor_of(request), artifact.task_id)
-        return Response(artifact_out(artifact, artifacts.verification_of(artifact, history)))
+        return Response(artifact_out(artifact, verification_of(artifact, history)))
 
 
 class ArtifactAccept(ApiView):
@@ -207,7 +213,7 @@ class ArtifactAccept(ApiView):
     @idempotent
     def post(self, request: Request, artifact_id: str) -> Response:
         data = parse(AcceptIn, request.data)
-        artifact = artifacts.artifact_accept(
+        artifact = artifact_accept(
             actor_of(request), artifact_id, expected_state_version=data["expected_state_version"]
         )
         body = artifact_out(artifact)
@@ -228,7 +234,7 @@ class ArtifactContent(ApiView):
         },
     )
     def get(self, request: Request, artifact_id: str) -> FileResponse:
-        artifact, stream = artifacts.artifact_content(actor_of(request), artifact_id)
+        artifact, stream = artifact_content(actor_of(request), artifact_id)
         # "1" (the console's links) or a boolean as generated clients send it.
         inline = (
             request.query_params.get("inline") in ("1", "true")
@@ -255,8 +261,8 @@ def _b64(digest: str) -> str:
 class ArtifactProvenance(ApiView):
     @extend_schema(responses=doc.responses({200: doc.ProvenanceSerializer}))
     def get(self, request: Request, artifact_id: str) -> Response:
-        artifact = artifacts.artifact_get(actor_of(request), artifact_id)
-        response = Response(artifacts.provenance_statement(artifact))
+        artifact = artifact_get(actor_of(request), artifact_id)
+        response = Response(provenance_statement(artifact))
         if request.query_params.get("download") == "1":
             response["Content-Disposition"] = (
                 content_disposition_header(True, f"{artifact.name}.intoto.json") or ""

@@ -12,9 +12,10 @@ from django.views.decorators.http import require_GET
 
 from console.web.decorators import console_view
 from runtime import artifact_store as store
-from runtime import artifacts, checks
+from runtime import checks
 from runtime.actors import Actor
 from runtime.models import Artifact
+from runtime.selectors.artifacts import artifact_list, verification_of
 
 PREVIEW_BYTES = 4096
 TEXT_PREVIEW = ("text/plain", "text/markdown", "text/csv", "application/json")
@@ -41,14 +42,14 @@ def _preview(artifact: Artifact) -> dict[str, Any] | None:
 
 
 def outcomes_context(actor: Actor, task_id: str) -> dict[str, Any]:
-    rows = artifacts.artifact_list(actor, task_id)
+    rows = artifact_list(actor, task_id)
     history = checks.check_history(actor, task_id)
     return {
         "task_id": task_id,
         "artifacts": [
             {
                 "a": a,
-                "verification": artifacts.verification_of(a, history),
+                "verification": verification_of(a, history),
                 "preview": _preview(a),
                 "inputs": a.input_digests,
             }

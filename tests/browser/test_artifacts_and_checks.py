@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from runtime import artifacts, completion
+from runtime import completion
+from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.errors import CompletionRefused
-from runtime.models import Task
+from runtime.models import Artifact, Task
 from tests import factories
 from tests.browser.conftest import operator, wait_live
 from tests.conftest import Server, server_start
@@ -36,15 +37,15 @@ def artifact_server(transactional_db: None, tmp_path: Path, fs_artifacts: Path) 
         srv.stop()
 
 
-def _accept(owner, task, document) -> artifacts.Artifact:
-    made = artifacts.artifact_upload(
+def _accept(owner, task, document) -> Artifact:
+    made = artifact_upload(
         owner.actor,
         task.pk,
-        artifacts.UploadSpec(name="report.json", media_type="application/json"),
+        UploadSpec(name="report.json", media_type="application/json"),
         io.BytesIO(json.dumps(document).encode()),
     )
     version = Task.objects.get(pk=task.pk).state_version
-    return artifacts.artifact_accept(owner.actor, made.pk, expected_state_version=version)
+    return artifact_accept(owner.actor, made.pk, expected_state_version=version)
 
 
 def test_a_person_downloads_an_accepted_artifact_and_sees_its_checks(

@@ -11,7 +11,8 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from runtime import artifacts, completion
+from runtime import completion
+from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.models import Task
 from runtime.statemachine import operation_transition_txn
 from tests import factories
@@ -27,14 +28,14 @@ def _browser(role: str) -> Client:
 
 
 def _accept(owner, task, name, data, media_type="text/plain"):
-    made = artifacts.artifact_upload(
+    made = artifact_upload(
         owner.actor,
         task.pk,
-        artifacts.UploadSpec(name=name, media_type=media_type),
+        UploadSpec(name=name, media_type=media_type),
         io.BytesIO(data),
     )
     version = Task.objects.get(pk=task.pk).state_version
-    return artifacts.artifact_accept(owner.actor, made.pk, expected_state_version=version)
+    return artifact_accept(owner.actor, made.pk, expected_state_version=version)
 
 
 def test_artifacts_and_checks_on_the_task_page(fs_artifacts):
@@ -53,10 +54,10 @@ def test_artifacts_and_checks_on_the_task_page(fs_artifacts):
     with transaction.atomic():
         operation_transition_txn(op, "running", now=timezone.now(), actor="user:test")
         operation_transition_txn(op, "succeeded", now=timezone.now(), actor="user:test")
-    made = artifacts.artifact_upload(
+    made = artifact_upload(
         owner.actor,
         task.pk,
-        artifacts.UploadSpec(name="notes.txt", media_type="text/plain", operation_id=op.pk),
+        UploadSpec(name="notes.txt", media_type="text/plain", operation_id=op.pk),
         io.BytesIO(b"<script>alert(1)</script> hello"),
     )
     operator = _browser("operator")
@@ -70,7 +71,7 @@ def test_artifacts_and_checks_on_the_task_page(fs_artifacts):
     assert "<script>alert(1)</script>" not in page
 
     version = Task.objects.get(pk=task.pk).state_version
-    artifacts.artifact_accept(owner.actor, made.pk, expected_state_version=version)
+    artifact_accept(owner.actor, made.pk, expected_state_version=version)
     assert completion.task_complete(owner.actor, task.pk).outcome == "succeeded"
     fragment = operator.get(f"/tasks/{task.pk}/outcomes").content.decode()
     assert 'data-check="notes present" data-result="passed" data-counts="true"' in fragment

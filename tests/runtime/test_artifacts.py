@@ -17,7 +17,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime import artifact_store as store
-from runtime import artifacts
+from runtime.artifact_reconciliation import artifact_reconcile
+from runtime.artifacts import (
+    UploadSpec,
+    artifact_accept,
+    artifact_name_clean,
+    artifact_upload,
+    media_type_clean,
+)
 from runtime.crashpoints import crash_point_installed
 from runtime.errors import (
     InvalidInput,
@@ -26,7 +33,8 @@ from runtime.errors import (
     TransitionRejected,
     UnsupportedMediaType,
 )
-from runtime.models import Artifact, Operation, Task
+from runtime.models import Artifact, ContentKey, Operation, Task
+from runtime.selectors.artifacts import artifacts_current, provenance_statement
 from runtime.statemachine import task_transition_txn
 from tests import factories
 from tests.conftest import wait_for
@@ -40,10 +48,10 @@ def upload(
     media_type: str = "application/octet-stream",
     **spec,
 ):
-    return artifacts.artifact_upload(
+    return artifact_upload(
         owner.actor,
         task.pk,
-        artifacts.UploadSpec(name=name, media_type=media_type, **spec),
+        UploadSpec(name=name, media_type=media_type, **spec),
         io.BytesIO(data),
     )
 
@@ -129,7 +137,7 @@ def test_bytes_stored_but_not_readable_back_yet_are_recovered_not_failed(fs_arti
         upload(alice, task, b"stored, then the read-back failed")
     row = Artifact.objects.get(task=task)
     assert row.status == "staged" and row.storage_key
-    counts = artifacts.artifact_reconcile(timezone.now() + timedelta(seconds=120))
+    counts = artifact_reconcile(timezone.now() + timedelta(seconds=120))
     assert counts["recovered"] == 1
     row.refresh_from_db()
     assert row.status == "stored" and read_back(row) == b"stored, then the read-back failed"
@@ -145,20 +153,20 @@ def test_bytes_stored_but_not_readable_back_yet_are_recovered_not_failed(fs_arti
 )  # fmt: skip
 def test_hostile_names_are_refused(name):
     with pytest.raises(InvalidInput):
-        artifacts.artifact_name_clean(name)
+        artifact_name_clean(name)
 
 
 def test_plain_names_are_kept():
-    assert artifacts.artifact_name_clean(" report v2.final.json ") == "report v2.final.json"
-    assert artifacts.artifact_name_clean("résumé.pdf") == "résumé.pdf"
+    assert artifact_name_clean(" report v2.final.json ") == "report v2.final.json"
+    assert artifact_name_clean("résumé.pdf") == "résumé.pdf"
 
 
 @pytest.mark.django_db
 def test_media_types_come_from_the_settings(settings):
     settings.ARTIFACT_MEDIA_TYPES = ["application/json"]
-    assert artifacts.media_type_clean("Application/JSON; charset=utf-8") == "application/json"
+    assert media_type_clean("Application/JSON; charset=utf-8") == "application/json"
     with pytest.raises(UnsupportedMediaType):
-        artifacts.media_type_clean("text/html")
+        media_type_clean("text/html")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -191,10 +199,10 @@ def test_acceptance_against_a_stale_version_is_refused_with_nothing_changed(fs_a
             actor="user:test",
         )
     with pytest.raises(TransitionRejected) as refused:
-        artifacts.artifact_accept(alice.actor, artifact.pk, expected_state_version=stale)
+        artifact_accept(alice.actor, artifact.pk, expected_state_version=stale)
     assert refused.value.code == "state_version_mismatch"
     assert Artifact.objects.get(pk=artifact.pk).status == "stored"
-    accepted = artifacts.artifact_accept(alice.actor, artifact.pk, expected_state_version=stale + 1)
+    accepted = artifact_accept(alice.actor, artifact.pk, expected_state_version=stale + 1)
     assert accepted.status == "accepted"
     assert accepted.accepted_state_version == stale + 2 == version(task)
 
@@ -220,7 +228,7 @@ def test_two_concurrent_acceptances_at_one_version_have_one_winner(fs_artifacts)
 
     def accept(artifact_id: str) -> None:
         try:
-            outcomes[threading.current_thread().name] = artifacts.artifact_accept(
+            outcomes[threading.current_thread().name] = artifact_accept(
                 alice.actor, artifact_id, expected_state_version=expected
             ).status
         except Exception as exc:
@@ -261,11 +269,11 @@ def test_accepting_a_name_again_supersedes_the_previous_entry(fs_artifacts):
     alice = factories.agent()
     task = factories.task(alice)
     old = upload(alice, task, b"v1", name="r.txt", media_type="text/plain")
-    artifacts.artifact_accept(alice.actor, old.pk, expected_state_version=version(task))
+    artifact_accept(alice.actor, old.pk, expected_state_version=version(task))
     new = upload(alice, task, b"v2", name="r.txt", media_type="text/plain")
-    artifacts.artifact_accept(alice.actor, new.pk, expected_state_version=version(task))
+    artifact_accept(alice.actor, new.pk, expected_state_version=version(task))
     assert Artifact.objects.get(pk=old.pk).status == "superseded"
-    assert artifacts.artifacts_current(task.pk)["r.txt"].pk == new.pk
+    assert artifacts_current(task.pk)["r.txt"].pk == new.pk
     # The superseded bytes stay readable: history is kept, not overwritten.
     assert read_back(Artifact.objects.get(pk=old.pk)) == b"v1"
 
@@ -283,7 +291,7 @@ def test_only_the_tasks_agent_or_an_admin_may_upload_or_accept(fs_artifacts):
         upload(operator, task, b"x")
     artifact = upload(admin, task, b"x")
     with pytest.raises(NotAuthorized):
-        artifacts.artifact_accept(operator.actor, artifact.pk, expected_state_version=version(task))
+        artifact_accept(operator.actor, artifact.pk, expected_state_version=version(task))
 
 
 # --- provenance -----------------------------------------------------------------------------
@@ -303,7 +311,7 @@ def test_provenance_names_the_producing_operation_and_the_inputs(fs_artifacts, s
         operation_id=op.pk, inputs=[source.pk], input_digests=[external],
     )  # fmt: skip
     assert made.operation_id == op.pk and made.attempt_id == op.attempt_id
-    statement = artifacts.provenance_statement(Artifact.objects.get(pk=made.pk))
+    statement = provenance_statement(Artifact.objects.get(pk=made.pk))
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     assert statement["subject"] == [
@@ -344,7 +352,7 @@ def test_reconciliation_deletes_true_orphans_only(artifact_backend, settings):
     alice = factories.agent()
     running, ended = factories.task(alice, "running"), factories.task(alice, "ended")
     accepted = upload(alice, ended, b"accepted", name="a.txt", media_type="text/plain")
-    artifacts.artifact_accept(alice.actor, accepted.pk, expected_state_version=version(ended))
+    artifact_accept(alice.actor, accepted.pk, expected_state_version=version(ended))
     owned = upload(alice, running, b"owned by running work", name="o.txt", media_type="text/plain")
     abandoned = upload(alice, ended, b"never accepted", name="n.txt", media_type="text/plain")
     with transaction.atomic():
@@ -364,7 +372,7 @@ def test_reconciliation_deletes_true_orphans_only(artifact_backend, settings):
     orphan = _orphan(b"stored, then the registration failed")
 
     later = timezone.now() + timedelta(seconds=7200)
-    counts = artifacts.artifact_reconcile(later)
+    counts = artifact_reconcile(later)
 
     keys = {k for k, _ in store.content_listing()}
     assert orphan not in keys
@@ -376,7 +384,7 @@ def test_reconciliation_deletes_true_orphans_only(artifact_backend, settings):
     assert Artifact.objects.get(pk=lost.pk).status == "failed"
     assert counts == {"recovered": 1, "failed": 1, "discarded": 1, "deleted": 2}
     # Nothing else is left to do.
-    assert artifacts.artifact_reconcile(later) == {
+    assert artifact_reconcile(later) == {
         "recovered": 0, "failed": 0, "discarded": 0, "deleted": 0,
     }  # fmt: skip
 
@@ -389,7 +397,7 @@ def test_reconciliation_keeps_recent_orphans_within_retention(fs_artifacts, sett
     path = Path(fs_artifacts) / old
     past = time.time() - 7200
     os.utime(path, (past, past))
-    assert artifacts.artifact_reconcile()["deleted"] == 1
+    assert artifact_reconcile()["deleted"] == 1
     keys = {k for k, _ in store.content_listing()}
     assert keys == {young}
 
@@ -416,7 +424,7 @@ def test_upload_of_bytes_being_reclaimed_waits_and_stores_them_anew(fs_artifacts
         gate_at("reconcile.before_delete", "reconciler") as gate,
         crash_point_installed("artifact.awaiting_deletion", waiting.set),
     ):
-        _, reconciled = in_thread(lambda: artifacts.artifact_reconcile(later), "reconciler")
+        _, reconciled = in_thread(lambda: artifact_reconcile(later), "reconciler")
         wait_for(gate.reached.is_set, what="the reconciler to decide to delete")
         _, uploaded = in_thread(lambda: upload(alice, task, data), "uploader")
         wait_for(waiting.is_set, what="the upload to wait for the deletion")
@@ -427,7 +435,7 @@ def test_upload_of_bytes_being_reclaimed_waits_and_stores_them_anew(fs_artifacts
     assert artifact.status == "stored"
     assert artifact.storage_key == key
     assert read_back(artifact) == data
-    assert not artifacts.ContentKey.objects.exists()
+    assert not ContentKey.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -438,7 +446,7 @@ def test_a_deletion_left_unfinished_holds_uploads_until_the_reconciler_finishes_
     settings.ARTIFACT_DELETION_STALE_SECONDS = 60
     data = b"a reconciler died between its decision and the deletion"
     key = _orphan(data)
-    artifacts.ContentKey.objects.create(key=key, deleting_since=timezone.now())
+    ContentKey.objects.create(key=key, deleting_since=timezone.now())
     alice = factories.agent()
     task = factories.task(alice)
 
@@ -447,7 +455,7 @@ def test_a_deletion_left_unfinished_holds_uploads_until_the_reconciler_finishes_
     assert Artifact.objects.get(task=task, name="early.bin").status == "failed"
 
     later = timezone.now() + timedelta(seconds=120)
-    artifacts.artifact_reconcile(later)
+    artifact_reconcile(later)
     assert key not in {k for k, _ in store.content_listing()}
     artifact = upload(alice, task, data, name="again.bin")
     assert artifact.status == "stored"
@@ -461,7 +469,7 @@ def test_artifact_stage_events_carry_the_tasks_version(fs_artifacts):
     alice = factories.agent()
     task = factories.task(alice)
     artifact = upload(alice, task, b"versioned", name="v.txt", media_type="text/plain")
-    artifacts.artifact_accept(alice.actor, artifact.pk, expected_state_version=version(task))
+    artifact_accept(alice.actor, artifact.pk, expected_state_version=version(task))
     stages = dict(
         Event.objects.filter(task=task, type__startswith="artifact.").values_list(
             "type", "state_version"
@@ -511,5 +519,5 @@ def test_the_key_never_names_half_written_bytes_on_the_filesystem(fs_artifacts, 
     past = time.time() - 7200
     os.utime(leftover, (past, past))
     settings.ARTIFACT_RETENTION_SECONDS = 3600
-    assert artifacts.artifact_reconcile()["deleted"] == 1
+    assert artifact_reconcile()["deleted"] == 1
     assert not leftover.exists() and read_back(second) == data

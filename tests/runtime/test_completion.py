@@ -13,10 +13,13 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from runtime import artifacts, checkers, checks, completion
+from runtime import checkers, checks, completion
+from runtime.artifact_reconciliation import reconcile_due
+from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.crashpoints import crash_point_installed
 from runtime.errors import CompletionRefused, InvalidInput, TaskRefused, UnknownChecker
 from runtime.models import CheckResult, Task
+from runtime.selectors.artifacts import artifact_content, artifact_get, verification_of
 from runtime.statemachine import operation_transition_txn
 from tests import factories
 from tests.conftest import wait_for
@@ -38,14 +41,14 @@ REPORT_CHECKS = [
 
 def accept_json(owner, task, document, name: str = "report.json"):
     data = json.dumps(document).encode()
-    made = artifacts.artifact_upload(
+    made = artifact_upload(
         owner.actor,
         task.pk,
-        artifacts.UploadSpec(name=name, media_type="application/json"),
+        UploadSpec(name=name, media_type="application/json"),
         io.BytesIO(data),
     )
     current = Task.objects.get(pk=task.pk).state_version
-    return artifacts.artifact_accept(owner.actor, made.pk, expected_state_version=current)
+    return artifact_accept(owner.actor, made.pk, expected_state_version=current)
 
 
 def refusal_of(owner, task, **kwargs) -> CompletionRefused:
@@ -297,10 +300,10 @@ def test_a_replacement_committing_during_completion_refuses_success(fs_artifacts
     accept_json(alice, task, {"summary": "v1"})
     [state] = checks.task_checks_run(alice.actor, task.pk)
     assert state.counts
-    v2 = artifacts.artifact_upload(
+    v2 = artifact_upload(
         alice.actor,
         task.pk,
-        artifacts.UploadSpec(name="report.json", media_type="application/json"),
+        UploadSpec(name="report.json", media_type="application/json"),
         io.BytesIO(b'{"summary": "v2"}'),
     )
     expected = Task.objects.get(pk=task.pk).state_version
@@ -313,7 +316,7 @@ def test_a_replacement_committing_during_completion_refuses_success(fs_artifacts
 
     def accept() -> None:
         try:
-            outcome["accept"] = artifacts.artifact_accept(
+            outcome["accept"] = artifact_accept(
                 alice.actor, v2.pk, expected_state_version=expected
             ).status
         finally:
@@ -364,10 +367,10 @@ def test_partial_artifacts_of_a_failed_task_are_kept_with_their_verification(fs_
     refusal_of(alice, task)
     task_fail(alice.actor, task.pk, "gave up")
     sweep_once()
-    kept = artifacts.artifact_get(alice.actor, partial.pk)
+    kept = artifact_get(alice.actor, partial.pk)
     assert kept.status == "accepted"
-    assert artifacts.verification_of(kept, checks.check_history(alice.actor, task.pk)) == "failed"
-    _, stream = artifacts.artifact_content(alice.actor, partial.pk)
+    assert verification_of(kept, checks.check_history(alice.actor, task.pk)) == "failed"
+    _, stream = artifact_content(alice.actor, partial.pk)
     with stream:
         assert json.loads(stream.read()) == {"draft": True}
 
@@ -377,9 +380,9 @@ def test_reconciliation_runs_at_its_own_pace(settings):
 
     settings.ARTIFACT_RECONCILE_SECONDS = 300
     now = timezone.now()
-    assert artifacts.reconcile_due(now, None)
-    assert not artifacts.reconcile_due(now, now - timedelta(seconds=299))
-    assert artifacts.reconcile_due(now, now - timedelta(seconds=300))
+    assert reconcile_due(now, None)
+    assert not reconcile_due(now, now - timedelta(seconds=299))
+    assert reconcile_due(now, now - timedelta(seconds=300))
 
 
 @pytest.mark.django_db
