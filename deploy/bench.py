@@ -692,7 +692,8 @@ def new_tasks(
 
 
 def propose(agent: Agent, task_id: str, step: str, tool: str, params: dict[str, Any]) -> str:
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.specs import OperationSpec
+    from runtime.transitions.propose import operation_propose
 
     op, _ = operation_propose(
         agent.actor, task_id, OperationSpec(tool=tool, step=step, params=params)

@@ -379,9 +379,10 @@ def drive(ops: int, rng: random.Random, chaos: Chaos, acked: Acked, counter: lis
     from runtime.artifacts import UploadSpec, artifact_upload
     from runtime.errors import DomainError
     from runtime.models import Approval
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.specs import OperationSpec
     from runtime.tasks import TaskSpec, task_create
     from runtime.tokens import token_issue_for_agent
+    from runtime.transitions.propose import operation_propose
 
     issued = token_issue_for_agent("soak-agent")
     assert issued.token.agent is not None

@@ -19,9 +19,9 @@ from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import outbox_consume_txn
 from runtime.policy import approval_decision_refusal, fresh
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
-from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import within_task_deadline
 from runtime.tools import ToolAdapter, adapters
+from runtime.transitions.status import approval_transition_txn, operation_transition_txn
 
 A = ApprovalStatus
 S = OperationStatus

@@ -36,7 +36,6 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
-from runtime.leases import operation_settle_txn
 from runtime.models import Approval, Operation, Task
 from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
@@ -44,9 +43,10 @@ from runtime.policy import can_decide_approval, can_edit_approval, can_manage_wa
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.selectors.approvals import approval_get
-from runtime.statemachine import approval_transition_txn, operation_transition_txn
 from runtime.tasks import task_renewal_txn, within_task_deadline
 from runtime.tools import adapter_for
+from runtime.transitions.settle import operation_settle_txn
+from runtime.transitions.status import approval_transition_txn, operation_transition_txn
 
 A = ApprovalStatus
 S = OperationStatus

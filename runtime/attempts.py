@@ -13,7 +13,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.budgets import attempt_allocate_txn
+from runtime.budget_allocations import attempt_allocate_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import InvalidInput, RequestInProgress
 from runtime.events import event_append_txn
@@ -21,8 +21,8 @@ from runtime.models import Attempt, Operation, Task
 from runtime.policy import can_start_attempt
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import OperationStatus, TaskOutcome
-from runtime.statemachine import attempt_end_txn
 from runtime.tasks import task_get
+from runtime.transitions.status import attempt_end_txn
 
 T = TypeVar("T")
 
@@ -97,8 +97,9 @@ def attempts_of(task: Task) -> list[Attempt]:
 # A new attempt is a new pursuit: what is proposed into it (a tool call, a wait) carries its
 # number in its derived key and books in its ledger. The attempt is read before the task's row
 # lock is held, so every proposal checks it again under that lock and starts over when a new
-# attempt committed in between: one rule for every kind of proposal (runtime.operations,
-# runtime.waits; the one-statement form, runtime.hotpath, checks it inside its statement).
+# attempt committed in between: one rule for every kind of proposal
+# (runtime.transitions.propose, runtime.transitions.propose_wait; the one-statement form,
+# propose_txn, checks it inside its statement).
 
 
 class AttemptMoved(Exception):

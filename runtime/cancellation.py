@@ -16,14 +16,15 @@ from runtime.budgets import child_settle_txn
 from runtime.children import child_settle_due_txn, children_settle_due_ids
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused
-from runtime.leases import cancel_requested_txn, operation_stop_txn
 from runtime.models import Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
-from runtime.statemachine import task_transition_txn
 from runtime.stoprule import stop_covers, stopping
 from runtime.tasks import task_get
+from runtime.transitions.lease import cancel_requested_txn
+from runtime.transitions.settle import operation_stop_txn
+from runtime.transitions.status import task_transition_txn
 
 S = OperationStatus
 _STOPPABLE = (S.PENDING, S.WAITING_APPROVAL, S.WAITING, S.RETRY_SCHEDULED, S.MANUAL_INTERVENTION)

@@ -20,8 +20,9 @@ from runtime.keys import key_compensation
 from runtime.models import Event, Operation, Task
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.rules.statuses import OperationStatus
-from runtime.statemachine import operation_transition_txn, status_deltas
 from runtime.tools import adapters
+from runtime.transitions.insert import operation_insert_txn
+from runtime.transitions.status import operation_transition_txn
 
 S = OperationStatus
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
     operation_transition_txn(
         original, S.COMPENSATING, now=now, actor=actor, data={"reason": "compensation started"}
     )
-    compensation = Operation.objects.create(
+    compensation = Operation(
         task_id=original.task_id,
         attempt_id=original.attempt_id,
         tool=tool.name,
@@ -86,14 +87,10 @@ def compensation_start_txn(original: Operation, *, actor: str, now: datetime) ->
         # Undoing costs about what doing did; the hold below is taken on this estimate.
         estimate=dict(original.estimate or {}),
     )
-    event_append_txn(
-        task_id=original.task_id,
-        type="operation.proposed",
-        state_version=compensation.state_version,
-        now=now,
-        deltas=status_deltas(None, S.PENDING),
-        operation_id=compensation.pk,
+    operation_insert_txn(
+        compensation,
         actor=actor,
+        now=now,
         data={"tool": tool.name, "step": compensation.step, "compensates": original.pk},
     )
     _cleanup_hold_txn(compensation, now=now)

@@ -25,14 +25,14 @@ def _postgresql(conn: BaseDatabaseWrapper | None) -> bool:
 
 
 def one_statement_forms(conn: BaseDatabaseWrapper | None = None) -> bool:
-    """Whether a transition may take its one-statement form (``runtime.hotpath``, the drainers'
-    batches): a chain of data-modifying CTEs (``INSERT ... ON CONFLICT DO NOTHING`` and
-    ``UPDATE ... RETURNING`` feeding one another) that refuses itself through
-    ``runtime_refuse()`` (migration 0012) when a guard fails, so a proposal, a claim and an
-    acceptance are one round trip each. PostgreSQL runs them; SQLite has no data-modifying CTE
-    and no function that raises, so there every transition takes its general writer (the same
-    rows, written by the ORM in a transaction). ``HOTPATH = False`` turns the forms off on
-    PostgreSQL too: the tests of the general path (the differential tests run both)."""
+    """Whether a transition may take its one-statement form (the statements of
+    ``runtime.transitions``, the drainers' batches): a chain of data-modifying CTEs
+    (``INSERT ... ON CONFLICT DO NOTHING`` and ``UPDATE ... RETURNING`` feeding one another) that
+    refuses itself through ``runtime_refuse()`` (migration 0012) when a guard fails, so a proposal,
+    a claim and an acceptance are one round trip each. PostgreSQL runs them; SQLite has no
+    data-modifying CTE and no function that raises, so there every transition takes its general
+    writer (the same rows, written by the ORM in a transaction). ``HOTPATH = False`` turns the forms
+    off on PostgreSQL too: the tests of the general path (the differential tests run both)."""
     return _postgresql(conn) and getattr(settings, "HOTPATH", True)
 
 

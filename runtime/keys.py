@@ -7,7 +7,7 @@ recipient, source, event id) is escaped first (``%`` -> ``%25``, ``:`` -> ``%3A`
 ``%2F``), so no part can supply a separator or a namespace and a key has exactly one reading.
 A part holding none of those characters is unchanged: such keys are byte for byte what they were
 before escaping. A key derived before escaping existed (``key_legacy``) is still found for the
-same task, step and tool by the proposal (runtime.operations)."""
+same task, step and tool by the proposal (runtime.transitions.propose)."""
 
 from __future__ import annotations
 

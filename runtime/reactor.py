@@ -28,7 +28,7 @@ from runtime.crashpoints import crash_point
 from runtime.events import TaskRow
 from runtime.models import Operation, Task
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
-from runtime.statemachine import operation_transition_txn, task_transition_txn
+from runtime.transitions.status import operation_transition_txn, task_transition_txn
 
 S = OperationStatus
 

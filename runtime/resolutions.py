@@ -26,16 +26,16 @@ from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
 from runtime.errors import Conflict, InvalidInput, TransitionRejected
 from runtime.models import Operation, Resolution, Task
-from runtime.operations import operation_get
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_resolve, task_scope
 from runtime.reactor import operation_settled_txn
 from runtime.resolution_records import audit_txn, lookup_invocation_txn, retry_admitted
 from runtime.rules.statuses import OperationStatus
-from runtime.statemachine import operation_transition_txn
+from runtime.selectors.operations import operation_get
 from runtime.stoprule import unconfirmed_calls_txn
 from runtime.tool_invocation import invocation_context
 from runtime.tools import Contract, adapters, contract_of
+from runtime.transitions.status import operation_transition_txn
 
 S = OperationStatus
 

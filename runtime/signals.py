@@ -26,7 +26,7 @@ from runtime.policy import can_signal
 from runtime.rules.statuses import OperationStatus
 from runtime.stoprule import stopping
 from runtime.tasks import task_get
-from runtime.waits import wait_satisfy_txn
+from runtime.transitions.propose_wait import wait_satisfy_txn
 
 S = OperationStatus
 

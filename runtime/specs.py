@@ -1,5 +1,6 @@
 """What a proposal asks for (an operation's specification): below the proposal
-(runtime.operations) and the waits (runtime.waits), which both take it."""
+(runtime.transitions.propose) and the waits (runtime.transitions.propose_wait), which both
+take it."""
 
 from __future__ import annotations
 

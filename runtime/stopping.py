@@ -23,12 +23,12 @@ from django.utils import timezone
 from runtime.actors import execution_actor
 from runtime.budgets import budget_mark_unknown_txn
 from runtime.errors import StaleLease, TransitionRejected
-from runtime.leases import lease_token_digest
 from runtime.models import Invocation, Operation
 from runtime.reactor import operation_settled_txn
 from runtime.rules.statuses import OperationStatus
-from runtime.statemachine import operation_transition_txn
 from runtime.stoprule import stop_asked, stop_covers, stop_target
+from runtime.transitions.lease import lease_token_digest
+from runtime.transitions.status import operation_transition_txn
 
 S = OperationStatus
 log = logging.getLogger(__name__)

@@ -14,12 +14,12 @@ from django.utils import timezone
 from runtime.approvals import approval_expire_sweep
 from runtime.artifact_reconciliation import artifact_reconcile, reconcile_due
 from runtime.cancellation import children_sweep
-from runtime.leases import lease_expire_sweep
 from runtime.notifications.dispatch import notify_dispatch
 from runtime.notifications.reminders import expiry_notice_sweep
 from runtime.outbox import outbox_sweep
 from runtime.schedules.firing import schedules_sweep
 from runtime.sqlfiles import queries
+from runtime.transitions.lease import lease_expire_sweep
 from runtime.waits import wait_sweep
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,16 @@ from rest_framework.test import APIClient
 from runtime.accounts import console_user_create
 from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.executor import operation_execute
-from runtime.leases import Lease, operation_claim
 from runtime.models import Execution, Operation, Task
-from runtime.operations import OperationSpec, Report, operation_propose, operation_report
 from runtime.rules.statuses import OperationStatus
+from runtime.specs import OperationSpec
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent, token_issue_for_user
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
+from runtime.transitions.propose import operation_propose
 
 _n = itertools.count(1)
 PASSWORD = "correct-horse-battery"

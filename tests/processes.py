@@ -31,7 +31,8 @@ def propose_many(
     django_setup(db_url)
     from runtime.actors import actor_for_agent
     from runtime.errors import BudgetExhausted
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.specs import OperationSpec
+    from runtime.transitions.propose import operation_propose
 
     actor = actor_for_agent(agent_id, agent_name)
     admitted = refused = 0
@@ -90,7 +91,8 @@ def propose_and_die(
     from django.db import transaction
 
     from runtime.actors import actor_for_agent
-    from runtime.operations import OperationSpec, operation_propose_txn
+    from runtime.specs import OperationSpec
+    from runtime.transitions.propose import operation_propose_txn
 
     actor = actor_for_agent(agent_id, agent_name)
     with transaction.atomic():

@@ -14,7 +14,7 @@ def test_the_contract_sees_a_cycle_a_domain_import_of_console_and_an_import_of_t
     # What a function-level import used to hide: the outbox importing the worker.
     edges["runtime.outbox"] = edges["runtime.outbox"] | {"runtime.worker"}
     edges["runtime.tasks"] = edges["runtime.tasks"] | {"console.api.views"}
-    edges["runtime.models"] = edges["runtime.models"] | {"runtime.operations"}
+    edges["runtime.models"] = edges["runtime.models"] | {"runtime.transitions.propose"}
     problems = layers.breaches(edges)
     assert any(p.startswith("import cycle:") and "runtime.outbox" in p for p in problems)
     assert "runtime.tasks imports console (the domain knows nothing of HTTP)" in problems
@@ -25,19 +25,23 @@ def test_the_contract_sees_a_cycle_a_domain_import_of_console_and_an_import_of_t
 def test_imports_in_type_checking_and_try_blocks_count(tmp_path):
     source = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from runtime.operations import OperationSpec\n"
+        "if TYPE_CHECKING:\n"
+        "    from runtime.transitions.propose import OperationSpec\n"
         "try:\n    from runtime.tasks import task_get\nexcept ImportError:\n    pass\n"
     )
     path = tmp_path / "m.py"
     path.write_text(source)
-    known = {"runtime.operations": path, "runtime.tasks": path, "runtime.m": path}
-    assert layers.imports_of("runtime.m", path, known) == {"runtime.operations", "runtime.tasks"}
+    known = {"runtime.transitions.propose": path, "runtime.tasks": path, "runtime.m": path}
+    assert layers.imports_of("runtime.m", path, known) == {
+        "runtime.transitions.propose",
+        "runtime.tasks",
+    }
 
 
 def test_a_rule_table_importing_a_service_breaches_the_bottom_layer():
     edges = layers.graph()
     assert "runtime.rules.claim" in edges or "runtime.rules.stop" in edges
-    edges["runtime.rules.stop"] = edges["runtime.rules.stop"] | {"runtime.leases"}
+    edges["runtime.rules.stop"] = edges["runtime.rules.stop"] | {"runtime.transitions.claim"}
     problems = layers.breaches(edges)
     assert any(p.startswith("runtime.rules.stop (bottom layer) imports") for p in problems)
 

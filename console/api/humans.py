@@ -24,8 +24,9 @@ from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
 from runtime.selectors.approvals import approval_get, approval_list
+from runtime.selectors.waits import expired_waits
 from runtime.tasks import task_get
-from runtime.waits import MAX_WAIT_SECONDS
+from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
 
 
 class DecisionIn(serializers.Serializer):
@@ -315,7 +316,7 @@ class WaitCollection(ApiView):
         status = _param(request, "status") or "expired"
         if status != "expired":
             raise InvalidInput("status must be expired")
-        rows = waits.expired_waits(actor_of(request), limit=_limit(request, 100, 500))
+        rows = expired_waits(actor_of(request), limit=_limit(request, 100, 500))
         return Response({"results": operation_bodies(rows)})
 
 

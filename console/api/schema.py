@@ -22,7 +22,7 @@ from runtime.rules.statuses import (
     TaskCondition,
     TaskOutcome,
 )
-from runtime.waits import MAX_WAIT_SECONDS
+from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
 
 # --- components -----------------------------------------------------------------------------
 

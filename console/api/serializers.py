@@ -22,9 +22,9 @@ from runtime.models import (
     Task,
     TaskCommand,
 )
-from runtime.operations import MAX_ATTEMPTS_CEILING
 from runtime.tasks import MAX_DEADLINE_SECONDS, MAX_EXTERNAL_ID
-from runtime.waits import MAX_WAIT_SECONDS
+from runtime.transitions.propose import MAX_ATTEMPTS_CEILING
+from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
 
 
 def iso(value: datetime | None) -> str | None:

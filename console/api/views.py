@@ -27,13 +27,25 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import leases, operations, policy, task_keys, tasks
+from runtime import policy, task_keys, tasks
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
 from runtime.logcontext import work_bind
 from runtime.models import Operation, Task
 from runtime.selectors.approvals import approvals_current
+from runtime.selectors.operations import (
+    invocations_by_operation,
+    operation_get,
+    operation_get_for_agent,
+    operation_list,
+)
+from runtime.specs import OperationSpec
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim
+from runtime.transitions.lease import lease_heartbeat
+from runtime.transitions.propose import operation_propose_txn
 
 
 def task_body(task: Task) -> dict[str, Any]:
@@ -53,9 +65,7 @@ def operation_bodies(page: list[Operation], *, created: bool = False) -> list[di
     # An operation this request created is answered as it was created (pending, or waiting for
     # its approval), before any invocation: no query for them.
     invocations: dict[str, list[Any]] = (
-        {op.pk: [] for op in page}
-        if created
-        else operations.invocations_by_operation([op.pk for op in page])
+        {op.pk: [] for op in page} if created else invocations_by_operation([op.pk for op in page])
     )
     approvals = approvals_current([op for op in page if op.approval_required])
     return [
@@ -191,7 +201,7 @@ class TaskOperations(ApiView):
     def get(self, request: Request, task_id: str) -> Response:
         actor = actor_of(request)
         tasks.task_get(actor, task_id)
-        ops = operations.operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
+        ops = operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
         return Response({"results": operation_bodies(ops)})
 
     @extend_schema(
@@ -206,10 +216,10 @@ class TaskOperations(ApiView):
     def post(self, request: Request, task_id: str) -> Response:
         data = s.parse(s.OperationIn, request.data)
         # In the request's transaction (``idempotent``): a refusal rolls the request back.
-        op, created = operations.operation_propose_txn(
+        op, created = operation_propose_txn(
             actor_of(request),
             task_id,
-            operations.OperationSpec(
+            OperationSpec(
                 kind=data["kind"],
                 tool=data.get("tool") or "",
                 params=data.get("params") or {},
@@ -236,7 +246,7 @@ class OperationCollection(ApiView):
     def get(self, request: Request) -> Response:
         cursor = _param(request, "cursor")
         limit = _limit(request)
-        rows = operations.operation_list(
+        rows = operation_list(
             actor_of(request),
             status=_param(request, "status"),
             task_id=_param(request, "task"),
@@ -258,7 +268,7 @@ class OperationDetail(ApiView):
         responses=doc.responses({200: doc.OperationSerializer}),
     )
     def get(self, request: Request, operation_id: str) -> Response:
-        return Response(operation_body(operations.operation_get(actor_of(request), operation_id)))
+        return Response(operation_body(operation_get(actor_of(request), operation_id)))
 
 
 class OperationClaim(ApiView):
@@ -270,10 +280,10 @@ class OperationClaim(ApiView):
     )
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
-        op = operations.operation_get_for_agent(actor_of(request), operation_id)
+        op = operation_get_for_agent(actor_of(request), operation_id)
         execution = execution_for_agent(actor_of(request).name)
         work_bind(op, execution_id=execution.pk)  # the ids this request's log lines carry
-        lease = leases.agent_claim(operation_id, execution.pk, actor=actor_of(request).label)
+        lease = agent_claim(operation_id, execution.pk, actor=actor_of(request).label)
         return Response(
             {
                 "lease_generation": lease.lease_generation,
@@ -305,8 +315,8 @@ class OperationHeartbeat(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.HeartbeatIn, request.data)
-        work_bind(operations.operation_get_for_agent(actor_of(request), operation_id, leased=True))
-        expires, cancel = leases.lease_heartbeat(
+        work_bind(operation_get_for_agent(actor_of(request), operation_id, leased=True))
+        expires, cancel = lease_heartbeat(
             operation_id, data["lease_generation"], data["lease_token"]
         )
         return Response({"lease_expires_at": s.iso(expires), "cancel_requested": cancel})
@@ -322,17 +332,17 @@ class OperationComplete(ApiView):
     @idempotent
     def post(self, request: Request, operation_id: str) -> Response:
         data = s.parse(s.CompleteIn, request.data)
-        op = operations.operation_get_for_agent(actor_of(request), operation_id, leased=True)
+        op = operation_get_for_agent(actor_of(request), operation_id, leased=True)
         work_bind(op)
         error = data.get("error") or {}
         if data["outcome"] == "failed" and not error:
             raise InvalidInput("a failed outcome needs error.kind (transient or permanent)")
-        accepted = operations.agent_report(
+        accepted = agent_report(
             op,
             actor=actor_of(request).label,
             lease_generation=data["lease_generation"],
             lease_token=data["lease_token"],
-            report=operations.Report(
+            report=Report(
                 outcome=data["outcome"],
                 result=data.get("result"),
                 error_kind=error.get("kind", ""),

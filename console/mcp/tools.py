@@ -1,9 +1,10 @@
 """The MCP gateway's server: the tool catalogue as MCP tools, each call a proposal in the
-caller's task (runtime.operations, as ``POST /api/v1/tasks/{id}/operations``), answered with
-the operation's result once it settles; a gated call is answered at once with its approval's
-link and state; people with a console role get tools to list and decide approvals (through the
-release gate). Like the REST views: parse, authorise (runtime.policy), call one runtime service,
-serialise. The transport (authentication, the task the request names) is console.mcp.gateway.
+caller's task (runtime.transitions.propose, as ``POST /api/v1/tasks/{id}/operations``),
+answered with the operation's result once it settles; a gated call is answered at once with its
+approval's link and state; people with a console role get tools to list and decide approvals
+(through the release gate). Like the REST views: parse, authorise (runtime.policy), call one runtime
+service, serialise. The transport (authentication, the task the request names) is
+console.mcp.gateway.
 
 Decisions (docs/mcp.md):
 - The task: named by the request (``/mcp?task=ID`` or the ``Console-Task`` header), or got or
@@ -49,13 +50,14 @@ from runtime.events import TASK_GROUP
 from runtime.hashing import params_hash
 from runtime.models import Approval, Operation
 from runtime.notifications.dispatch import approval_link
-from runtime.operations import operation_get, operation_propose
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.approvals import approval_current, approval_list
+from runtime.selectors.operations import operation_get
 from runtime.specs import OperationSpec
 from runtime.task_keys import task_get_or_create
 from runtime.tasks import TaskSpec, task_get
 from runtime.tools.base import adapters, tool_catalogue
+from runtime.transitions.propose import operation_propose
 
 log = logging.getLogger(__name__)
 S = OperationStatus

@@ -22,9 +22,9 @@ from console.web.formats import money, waited
 from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.history import HistoryFilter
-from runtime.operation_selectors import resolution_history
 from runtime.rules.statuses import ApprovalStatus
 from runtime.selectors.approvals import approval_history
+from runtime.selectors.operations import resolution_history
 from runtime.tools.base import tool_catalogue
 
 PAGE_SIZE = 50

@@ -25,6 +25,7 @@ from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
 from runtime.rules.statuses import ApprovalStatus
 from runtime.selectors.approvals import approval_list, params_diff, pending_approval_tools
+from runtime.selectors.waits import expired_waits_with_approvals
 from runtime.text import char_hidden
 
 # Why a decision was not taken, in the words of the sentence "Nothing was decided on X: ...".
@@ -109,7 +110,7 @@ def _expired_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]
     """Approval requests that expired undecided and still wait for an admin (renew, transform
     or end on /waits/): kept in sight on the inbox instead of vanishing."""
     rows = []
-    for wait in waits.expired_waits_with_approvals(actor):
+    for wait in expired_waits_with_approvals(actor):
         approval = wait.approval
         if approval is None:
             continue
@@ -290,7 +291,7 @@ def approval_edit(request: HttpRequest, actor: Actor, approval_id: str) -> HttpR
 
 def _waits_context(actor: Actor) -> dict[str, Any]:
     rows = []
-    for wait in waits.expired_waits_with_approvals(actor):
+    for wait in expired_waits_with_approvals(actor):
         op, approval = wait.operation, wait.approval
         rows.append(
             {

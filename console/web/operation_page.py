@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 
 from console.web.decorators import console_view
 from runtime.actors import Actor
-from runtime.operation_selectors import STORY_ROWS, operation_story, story_transitions
+from runtime.selectors.operations import STORY_ROWS, operation_story, story_transitions
 from runtime.tools import contract_of
 
 

@@ -18,8 +18,8 @@ from runtime import policy, resolutions
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
-from runtime.operations import invocations_by_operation
 from runtime.rules.statuses import OperationStatus
+from runtime.selectors.operations import invocations_by_operation
 from runtime.stoprule import unconfirmed_calls_txn
 from runtime.tools import contract_of
 

@@ -25,17 +25,19 @@ from console.web.decorators import console_view
 from console.web.formats import elapsed
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
-from runtime import attempts, budgets, cancellation, operations, policy, tasks
+from runtime import attempts, cancellation, policy, tasks
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.rules.statuses import TaskCondition, TaskOutcome
+from runtime.selectors import budgets
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.selectors.notifications import task_watching
+from runtime.selectors.operations import operation_list
+from runtime.selectors.waits import expired_wait_count, waits_of_task
 from runtime.signals import signals_of_task
-from runtime.waits import expired_wait_count, waits_of_task
 
 # Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF
 # check, an unknown URL, an uncaught fault): the contract's JSON under /api/, a page otherwise.
@@ -211,7 +213,7 @@ def task_fragment(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespo
 
 def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     task = tasks.task_get(actor, task_id)
-    ops: list[Operation] = operations.operation_list(actor, task_id=task_id, limit=500)
+    ops: list[Operation] = operation_list(actor, task_id=task_id, limit=500)
     rejections = list(
         RejectedObservation.objects.filter(operation__task_id=task_id).order_by("-at", "-id")[:50]
     )

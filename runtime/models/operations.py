@@ -15,7 +15,7 @@ def _execution_id() -> str:
 
 
 class Operation(models.Model):
-    """One logical action. Its status changes only through ``runtime.statemachine``."""
+    """One logical action. Its status changes only through ``runtime.transitions.status``."""
 
     KIND_TOOL = "tool"
     KIND_WAIT_SIGNAL = "wait_signal"

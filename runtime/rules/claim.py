@@ -1,7 +1,7 @@
 """When an operation may be claimed, as a table: each row a code, a Python predicate over the
 claim's facts, the same predicate in SQL over the operation row ``o`` and its task row ``t``,
-and what a refusal settles to. The general claim (``runtime.leases._claim_txn``) evaluates the
-rows in order and acts on the first that refuses; the one-statement claims
+and what a refusal settles to. The general claim (``runtime.transitions.claim._claim_txn``)
+evaluates the rows in order and acts on the first that refuses; the one-statement claims
 (runtime/sql/claim.sql) guard with every row's SQL (``claim_guards_sql``, filled in once at
 import). tests/runtime/test_claim_rules.py evaluates both forms of each row over a grid of real
 rows and finds them equal.

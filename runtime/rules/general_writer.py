@@ -1,7 +1,7 @@
 """When a one-statement form must leave the work to the general writer, as a table: the cases
 whose side effects only the general writers carry (a compensation's exemptions, the budget
 ledger, a person told of an unresolved call, the possible-effect rule's read of earlier calls,
-an approval to create). Each form (runtime.hotpath's statements, and the callers choosing
+an approval to create). Each form (the statements of runtime.transitions, and the callers choosing
 between the two paths) asks ``general_writer_needed`` once, and its statement guards with
 ``general_writer_sql``, rendered from the same rows; so a new side effect in a general writer is
 one more row here, and every form it concerns declines it."""
@@ -33,7 +33,8 @@ def _no_budget() -> Mapping[str, Any] | None:
 class FastFacts:
     """What a form knows before it writes. ``budget`` is asked only when a row needs it (the
     process keeps a task's budget once read: runtime.budgets.task_budget); ``target`` and
-    ``ending_allowed`` are an acceptance's decision (runtime.statemachine.fast_ending_allowed)."""
+    ``ending_allowed`` are an acceptance's decision
+    (runtime.transitions.status.fast_ending_allowed)."""
 
     compensates_id: str | None = None
     attempts_used: int = 0
@@ -95,7 +96,7 @@ GENERAL_WRITER_CASES: tuple[GeneralCase, ...] = (
         lambda f: f.target == S.UNRESOLVED,
     ),
     # An ending after an earlier call, or over an unconfirmed one, is the writer's to decide
-    # (runtime.statemachine's possible-effect rule reads the calls).
+    # (runtime.transitions.status's possible-effect rule reads the calls).
     GeneralCase(
         "possible_effect",
         frozenset({ACCEPT, ACCEPT_BATCH}),

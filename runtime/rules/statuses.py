@@ -1,7 +1,7 @@
 """Transition tables as data, checked by pure functions (no database here).
 
 Each machine is a list of named edges. ``Machine.check`` answers whether an edge exists and what
-it is called; the guarded UPDATE in ``runtime.statemachine`` is the only writer of status.
+it is called; the guarded UPDATE in ``runtime.transitions.status`` is the only writer of status.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The stop rule, written once: when a task admits no more covered work, and what a stop makes of
 work that has not finished. Every writer applies it to the task row it read *under that row's
-lock* (DESIGN.md, "one writer per transition"); the one-statement forms (runtime.hotpath) render
+lock* (DESIGN.md, "one writer per transition"); the one-statement forms (runtime.transitions) render
 its SQL from here, so no path can spell it differently. (``runtime.stoprule`` adds what needs a
 query or the tools: the unconfirmed calls of a stop's work and its target by tool.)
 

@@ -86,7 +86,9 @@ def simulated_clock(clock: FakeClock) -> Iterator[FakeClock]:
         stack.enter_context(mock.patch("runtime.db.datetime", shim))
         stack.enter_context(mock.patch("runtime.publish.current_app", _Broker()))
         # No message is built for a push of its own either: every publish goes to the stand-in.
-        stack.enter_context(mock.patch("runtime.hotpath.message_now", lambda *a, **k: None))
+        stack.enter_context(
+            mock.patch("runtime.transitions.fast.message_now", lambda *a, **k: None)
+        )
         clock.push()
         try:
             yield clock

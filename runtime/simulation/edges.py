@@ -1,7 +1,7 @@
 """The edges of the transition tables (runtime.rules.statuses) a run drove, read from its journal.
 
 - Operations: every status change is journalled with ``data.from`` and ``data.to``
-  (runtime.statemachine, and the one-statement forms of runtime.hotpath alike).
+  (runtime.transitions.status, and the one-statement forms of runtime.transitions alike).
 - Tasks: every event carries the task's condition after it (``data.task_condition``); two
   consecutive events of a task with different conditions are an edge.
 - Cancellation: its three events (``task.cancel_requested``, ``task.cancel_acknowledged``, and

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
-from runtime import approval_gate, budgets, compensation, hotpath, operations, stoprule
+from runtime import approval_gate, budgets, compensation, stoprule
 from runtime.models import Invocation, Operation
 from runtime.tools.demo import InventoryReserve
+from runtime.transitions import accept
 
 
 def _everywhere(stack: ExitStack, module: Any, name: str, replacement: Any) -> None:
@@ -37,7 +38,7 @@ def _stale_accept(stack: ExitStack) -> None:
     """The acceptance skips its fence (lease generation, state version, token): the general
     path compares the report with the row's own values, and the one-statement path matches any
     claim of a running operation."""
-    general = operations._report_general_txn
+    general = accept._report_general_txn
     signature = inspect.signature(general)
 
     def report_unfenced(*args: Any, **kwargs: Any) -> Any:
@@ -50,7 +51,7 @@ def _stale_accept(stack: ExitStack) -> None:
             bound.arguments["lease_generation"], bound.arguments["state_version"] = current
         return general(*bound.args, **bound.kwargs)
 
-    fast = hotpath.accept_txn
+    fast = accept.accept_txn
 
     def accept_unfenced(op: Operation, **kwargs: Any) -> Any:
         fence = ("lease_generation", "state_version", "lease_token_digest")
@@ -61,9 +62,9 @@ def _stale_accept(stack: ExitStack) -> None:
             kwargs["lease_token_digest"] = row[2]
         return fast(op, **kwargs)
 
-    stack.enter_context(mock.patch.object(operations, "_report_general_txn", report_unfenced))
-    stack.enter_context(mock.patch.object(operations, "lease_token_matches", lambda *a: True))
-    stack.enter_context(mock.patch.object(hotpath, "accept_txn", accept_unfenced))
+    stack.enter_context(mock.patch.object(accept, "_report_general_txn", report_unfenced))
+    stack.enter_context(mock.patch.object(accept, "lease_token_matches", lambda *a: True))
+    stack.enter_context(mock.patch.object(accept, "accept_txn", accept_unfenced))
 
 
 def _stop_unlocked(stack: ExitStack) -> None:

@@ -201,7 +201,8 @@ def test_more_open_event_streams_than_pooled_connections_leave_requests_served(
     import http.client
     from urllib.parse import urlparse
 
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.specs import OperationSpec
+    from runtime.transitions.propose import operation_propose
     from tests.conftest import server_start
 
     server = server_start(tmp_path, DB_POOL_MAX=2)

@@ -14,9 +14,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from runtime.leases import lease_expire_sweep
 from runtime.models import RejectedObservation
 from runtime.selectors.metrics import JournalTally
+from runtime.transitions.lease import lease_expire_sweep
 from tests import factories
 from tests.conftest import server_start, wait_for
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runtime.hashing import params_hash
 from runtime.models import Event, Operation, OutboxMessage, Task
-from runtime.statemachine import task_transition_txn
+from runtime.transitions.status import task_transition_txn
 from tests import factories
 from tests.api.support import OPERATION_FIELDS, assert_error, post_json
 

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 
 from console.api import serializers as s
 from console.api.declared_tools import NAME_PATTERN
-from runtime import operations
 from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
+from runtime.selectors.operations import invocations_of
 from tests import factories
 
 # No postgres mark: these run on SQLite too (make pytest-embedded).
@@ -142,7 +142,7 @@ def test_components_hold_exactly_the_keys_the_server_renders(schema):
     task = factories.task(owner)
     op = factories.operation(owner, task)
     task_body = s.task_out(task, [])
-    op_body = s.operation_out(op, operations.invocations_of(op))
+    op_body = s.operation_out(op, invocations_of(op))
     assert set(task_body) == _keys(components["Task"])
     assert set(components["Task"]["required"]) == set(task_body)
     assert set(op_body) == _keys(components["Operation"])

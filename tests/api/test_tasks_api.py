@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.models import Event, Task
-from runtime.statemachine import operation_transition_txn, task_transition_txn
+from runtime.transitions.status import operation_transition_txn, task_transition_txn
 from tests import factories
 from tests.api.support import TASK_FIELDS, assert_error, post_json
 

@@ -12,9 +12,10 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from runtime.approval_seal import approval_seal
-from runtime.leases import Refusal, operation_claim
 from runtime.models import Agent, ApiToken, Approval, AuditRecord, Operation
 from runtime.tokens import CLI
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
 from tests import factories
 from tests.api.support import assert_error, post_json
 

@@ -10,8 +10,9 @@ from django.utils import timezone
 from playwright.sync_api import BrowserContext, Page, expect
 
 from runtime.events import event_append_txn
-from runtime.leases import Lease, operation_claim
 from runtime.models import Execution, Task
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.browser.conftest import login, operator, wait_live
 

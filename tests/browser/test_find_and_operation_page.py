@@ -11,8 +11,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from runtime.leases import Lease, operation_claim
 from runtime.models import Execution, Operation, Task
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from runtime.waits import wait_sweep
 from tests import factories
 from tests.browser.conftest import login, operator, wait_live

@@ -13,9 +13,11 @@ from django.utils import timezone
 from playwright.sync_api import Page, WebSocketRoute, expect
 
 from runtime.errors import StaleLease
-from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Event, Execution
-from runtime.operations import Report, operation_report
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.browser.conftest import operator, poll, wait_live
 from tests.conftest import journal_note, wait_for

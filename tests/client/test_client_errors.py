@@ -10,8 +10,9 @@ import pytest
 from agent_console_client import _core, errors
 
 from console.api.errors import _DRF_CODES
-from runtime import compensation, ratelimits, resolutions, statemachine
+from runtime import compensation, ratelimits, resolutions
 from runtime import errors as domain
+from runtime.transitions import status as statemachine
 from tests.conftest import ROOT
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from runtime import completion
 from runtime.artifacts import UploadSpec, artifact_accept, artifact_upload
 from runtime.models import Task
-from runtime.statemachine import operation_transition_txn
+from runtime.transitions.status import operation_transition_txn
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

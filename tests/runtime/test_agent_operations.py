@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Event, Operation, OutboxMessage, RejectedObservation
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]

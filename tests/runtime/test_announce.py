@@ -21,8 +21,9 @@ from runtime import publish as publish_module
 from runtime.admission import tool_class_of
 from runtime.drainers import Registration, queue_of
 from runtime.models import OutboxMessage
-from runtime.operations import OperationSpec, operation_propose
 from runtime.publish import EXECUTE_OPERATION, message_now, publish
+from runtime.specs import OperationSpec
+from runtime.transitions.propose import operation_propose
 from tests import factories
 
 QUEUE = settings.CELERY_QUEUE

@@ -20,9 +20,11 @@ from runtime.approvals import approval_decide
 from runtime.executions import execution_for_agent
 from runtime.hashing import params_hash
 from runtime.keyring import key_id
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Approval, Event, Operation, OutboxMessage
 from runtime.sandbox import receivers
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.conftest import wait_for
 

@@ -35,7 +35,7 @@ from runtime.errors import (
 )
 from runtime.models import Artifact, ContentKey, Operation, Task
 from runtime.selectors.artifacts import artifacts_current, provenance_statement
-from runtime.statemachine import task_transition_txn
+from runtime.transitions.status import task_transition_txn
 from tests import factories
 from tests.conftest import wait_for
 

@@ -13,10 +13,12 @@ from django.utils import timezone
 from runtime.budgets import budget_reserve_txn, budget_settle_txn
 from runtime.errors import BudgetExhausted
 from runtime.executor import operation_execute
-from runtime.leases import agent_claim, lease_expire_sweep
 from runtime.models import BudgetHold, BudgetMeter, Operation, UsageRecord
-from runtime.operations import Report, agent_report
 from runtime.resolutions import operation_resolve
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim
+from runtime.transitions.lease import lease_expire_sweep
 from tests import factories
 
 
@@ -263,7 +265,7 @@ class _Longest:
 
 
 def test_a_backoff_that_would_pass_the_deadline_is_not_scheduled(settings):
-    from runtime.operations import operation_report
+    from runtime.transitions.accept import operation_report
 
     settings.RETRY_BASE_SECONDS = 120
     settings.RETRY_CAP_SECONDS = 120
@@ -289,7 +291,7 @@ def test_a_backoff_that_would_pass_the_deadline_is_not_scheduled(settings):
 
 
 def _fail_transiently(op, lease, usage):
-    from runtime.operations import operation_report
+    from runtime.transitions.accept import operation_report
 
     operation_report(
         op.pk,

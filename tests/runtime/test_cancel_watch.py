@@ -14,10 +14,11 @@ import pytest
 from runtime import stopping
 from runtime.cancellation import task_cancel
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, operation_claim
 from runtime.models import Operation
 from runtime.rules.statuses import OperationStatus as S
 from runtime.stopping import CancelWatch
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.concurrency import in_thread
 from tests.conftest import wait_for

@@ -11,10 +11,12 @@ from django.utils import timezone
 
 from runtime.cancellation import task_cancel
 from runtime.errors import InvalidTransition
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Execution, Operation, OutboxMessage, Task
 from runtime.rules.statuses import Cancellation
-from runtime.statemachine import task_transition_txn
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
+from runtime.transitions.status import task_transition_txn
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]

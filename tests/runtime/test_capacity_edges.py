@@ -18,14 +18,18 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from runtime import leases
 from runtime.approvals import approval_decide, approval_expire_sweep
 from runtime.db import db_now
 from runtime.errors import NotClaimable, QueueFull
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, agent_claim, lease_expire_sweep, operation_claim
 from runtime.models import Approval, Operation, ToolSlot
-from runtime.operations import Report, agent_report, operation_report
+from runtime.transitions import claim as claim_module
+from runtime.transitions import lease as lease_module
+from runtime.transitions.accept import agent_report, operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim, operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.api.support import assert_error, post_json
 from tests.concurrency import gate_at, in_thread, lock_waiters
@@ -266,7 +270,7 @@ def test_an_agents_running_operation_holds_a_slot_until_it_completes_or_expires(
 def test_an_agents_claim_and_heartbeat_over_the_api_run_on_the_databases_clock(
     fast, settings, monkeypatch
 ):
-    """The web host's clock is an hour behind the database's (the lease module's clock is
+    """The web host's clock is an hour behind the database's (the lease modules' clock is
     replaced, nothing else): the lease the API hands the agent and the one its heartbeat
     extends are the database's time plus the lease, so the sweeper (on that clock) leaves the
     live lease alone."""
@@ -276,9 +280,9 @@ def test_an_agents_claim_and_heartbeat_over_the_api_run_on_the_databases_clock(
     op = _agent_op(owner, task, 1)
     client = owner.client()
     real_now = timezone.now
-    monkeypatch.setattr(
-        leases, "timezone", SimpleNamespace(now=lambda: real_now() - timedelta(hours=1))
-    )
+    behind = SimpleNamespace(now=lambda: real_now() - timedelta(hours=1))
+    monkeypatch.setattr(claim_module, "timezone", behind)
+    monkeypatch.setattr(lease_module, "timezone", behind)
 
     claimed = client.post(f"/api/v1/operations/{op.pk}/claim", format="json")
     assert claimed.status_code == 200, claimed.content

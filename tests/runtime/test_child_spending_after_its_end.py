@@ -13,11 +13,12 @@ from runtime.cancellation import children_sweep, task_fail
 from runtime.errors import BudgetExhausted
 from runtime.executions import execution_for_agent
 from runtime.executor import operation_execute
-from runtime.leases import agent_claim
 from runtime.models import BudgetHold, BudgetMeter, Operation, Task, UsageRecord
-from runtime.operations import Report, agent_report
 from runtime.reactor import parent_rest
 from runtime.resolutions import operation_resolve
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 

@@ -11,10 +11,11 @@ from django.utils import timezone
 from runtime.attempts import attempt_create
 from runtime.cancellation import task_cancel
 from runtime.errors import BudgetExhausted, InvalidInput, TaskRefused
-from runtime.leases import agent_claim
 from runtime.models import BudgetMeter, Operation, Task
-from runtime.operations import Report, agent_report
 from runtime.tasks import TaskSpec, task_create
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim
 from tests import factories
 
 

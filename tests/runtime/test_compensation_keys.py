@@ -8,11 +8,13 @@ import pytest
 
 from runtime.cancellation import task_fail
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, operation_claim
 from runtime.models import Operation
-from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
 from runtime.sandbox.models import Charge
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.factories import run_claimable
 

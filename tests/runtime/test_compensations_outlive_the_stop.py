@@ -10,9 +10,10 @@ import pytest
 
 from runtime.cancellation import task_cancel, task_fail
 from runtime.hashing import params_hash
-from runtime.leases import Lease, lease_heartbeat, operation_claim
 from runtime.models import Event, Execution, Invocation, Operation, Task
 from runtime.stopping import cancel_seen
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_heartbeat
 from tests import factories
 from tests.conftest import wait_for
 

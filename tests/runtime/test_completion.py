@@ -20,7 +20,7 @@ from runtime.crashpoints import crash_point_installed
 from runtime.errors import CompletionRefused, InvalidInput, TaskRefused, UnknownChecker
 from runtime.models import CheckResult, Task
 from runtime.selectors.artifacts import artifact_content, artifact_get, verification_of
-from runtime.statemachine import operation_transition_txn
+from runtime.transitions.status import operation_transition_txn
 from tests import factories
 from tests.conftest import wait_for
 

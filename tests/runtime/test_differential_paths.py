@@ -28,7 +28,6 @@ from runtime.control import task_pause
 from runtime.drainers import drainable_tools
 from runtime.errors import NotClaimable
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, agent_claim, operation_claim, operations_claim_batch
 from runtime.models import (
     BudgetHold,
     BudgetMeter,
@@ -39,7 +38,13 @@ from runtime.models import (
     RejectedObservation,
     Task,
 )
-from runtime.operations import Report, agent_report, operation_report, operations_report_batch
+from runtime.transitions.accept import agent_report, operation_report
+from runtime.transitions.accept_batch import operations_report_batch
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim, operation_claim
+from runtime.transitions.claim_batch import operations_claim_batch
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.sqlcount import statements
 

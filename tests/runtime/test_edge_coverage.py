@@ -17,16 +17,19 @@ from runtime.accounts import console_user_create
 from runtime.approvals import approval_decide, approval_expire_sweep
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Approval, Event, Operation, Task
-from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
 from runtime.rules.statuses import MACHINES
 from runtime.simulation.edges import EdgeLog
 from runtime.simulation.engine import run, schedule_for
 from runtime.specs import OperationSpec
 from runtime.tools import adapter_for
-from runtime.waits import wait_propose, wait_renew, wait_sweep, wait_transform
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
+from runtime.transitions.propose_wait import wait_propose
+from runtime.waits import wait_renew, wait_sweep, wait_transform
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -36,7 +39,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 NO_WRITER = {
     ("operation", "running", "manual_intervention"): (
         "version_refused from running: a worker refuses a version at its claim (from pending "
-        "or retry_scheduled, runtime.leases); nothing moves running work to manual_intervention"
+        "or retry_scheduled, runtime.transitions.claim); nothing moves running work to "
+        "manual_intervention"
     ),
     ("task", "waiting", "running"): (
         "a live task waits only on blocked work (approval, wait, unresolved, manual, expired), "

@@ -1,5 +1,6 @@
-"""A drainer's hand-over (runtime.operations.operation_report_and_claim): the acceptance of the
-call it just made and the claim of the next call in one transaction, one commit where two did.
+"""A drainer's hand-over (runtime.transitions.handover.operation_report_and_claim): the
+acceptance of the call it just made and the claim of the next call in one transaction, one
+commit where two did.
 
 - Differential: each scenario runs twice, the two writers apart (operation_report, then
   operation_claim: what the drainer did before) and handed over; the rows of every task are the
@@ -29,10 +30,14 @@ from runtime.cancellation import task_cancel
 from runtime.control import task_pause
 from runtime.crashpoints import crash_point_installed
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Operation, OutboxMessage, Task
-from runtime.operations import Report, lease_report, operation_report_and_claim
 from runtime.rules.statuses import OperationStatus as S
+from runtime.transitions.accept import lease_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.handover import operation_report_and_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.concurrency import in_thread, lock_waiters
 from tests.conftest import wait_for

@@ -15,14 +15,19 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runtime import dialect, hotpath, sqlfiles
+from runtime import dialect, sqlfiles
 from runtime.executions import execution_for_agent
 from runtime.executor import operation_execute
-from runtime.leases import Lease, lease_heartbeat, operation_claim
 from runtime.models import Event, Invocation, Operation, OutboxMessage
-from runtime.operations import OperationSpec, Report, operation_propose, operation_report
+from runtime.rules.claim import CLAIM_SOURCES
 from runtime.rules.statuses import OPERATION
 from runtime.rules.statuses import OperationStatus as S
+from runtime.specs import OperationSpec
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import claim_txn, operation_claim
+from runtime.transitions.lease import Lease, lease_heartbeat
+from runtime.transitions.propose import operation_propose
 from tests import factories
 from tests.sqlcount import commits_counted, generic_plan, statements
 
@@ -70,8 +75,8 @@ def test_the_proposal_statement_refuses_as_the_python_rule_does(
 
 
 def test_the_guarded_sources_in_the_sql_are_edges_of_the_table():
-    assert set(hotpath.CLAIM_SOURCES) <= OPERATION.sources_of(S.RUNNING)
-    assert set(hotpath.CLAIM_SOURCES) == set(S.CLAIMABLE)
+    assert set(CLAIM_SOURCES) <= OPERATION.sources_of(S.RUNNING)
+    assert set(CLAIM_SOURCES) == set(S.CLAIMABLE)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -472,7 +477,7 @@ def test_with_the_hot_path_on_acceptance_settles_usage_and_releases_the_rest(set
 def test_with_the_hot_path_on_a_redispatch_after_a_lost_call_holds_again(settings):
     from datetime import timedelta
 
-    from runtime.leases import lease_expire_sweep
+    from runtime.transitions.lease import lease_expire_sweep
 
     settings.HOTPATH = True
     owner = factories.agent()
@@ -506,7 +511,7 @@ def _claim_statement(op: Operation, execution: str) -> Operation | None:
 
 def _claim_statement_txn(op: Operation, execution: str) -> Operation | None:
     """The claim statement inside the caller's transaction."""
-    return hotpath.claim_txn(
+    return claim_txn(
         op.pk,
         execution_id=execution,
         executor=op.executor,

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runtime.leases import lease_expire_sweep
 from runtime.models import Event, Invocation, Operation
+from runtime.transitions.lease import lease_expire_sweep
 from tests import factories
 from tests.conftest import wait_for
 

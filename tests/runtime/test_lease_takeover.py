@@ -12,8 +12,9 @@ from django.utils import timezone
 from runtime.db import db_now
 from runtime.errors import NotClaimable
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, agent_claim, lease_expire_sweep, lease_heartbeat, operation_claim
 from runtime.models import Invocation, Operation
+from runtime.transitions.claim import agent_claim, operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep, lease_heartbeat
 from tests import factories
 from tests.concurrency import barrier_at, gate_at, in_thread
 

@@ -10,9 +10,11 @@ import pytest
 
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, operation_claim
 from runtime.models import Event, Operation, Task
-from runtime.operations import Report, operation_report
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 
@@ -246,8 +248,8 @@ def test_a_resume_racing_a_stop_waits_for_the_stops_operation_rows_and_never_dea
     waits for the stop, then finds the task ended and is refused."""
     from runtime.control import task_pause, task_resume
     from runtime.errors import TaskRefused
-    from runtime.leases import Refusal
     from runtime.models import OutboxMessage, TaskCommand
+    from runtime.transitions.claim_refusals import Refusal
 
     owner = factories.agent()
     task = factories.task(owner)

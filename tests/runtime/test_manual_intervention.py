@@ -15,10 +15,12 @@ from django.test import Client
 
 from runtime.errors import Conflict
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import BudgetMeter, Event, Operation, OutboxMessage, Resolution, Task
 from runtime.resolutions import ResolutionNotAllowed, operation_resolve, resolutions_allowed
 from runtime.tools import adapters
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.concurrency import barrier_at
 

@@ -24,7 +24,8 @@ from runtime.actors import SYSTEM
 from runtime.drainers import queue_of
 from runtime.models import Execution, Invocation, Operation
 from runtime.notifications.dispatch import notification_task_id
-from runtime.operations import OperationSpec, operation_propose
+from runtime.specs import OperationSpec
+from runtime.transitions.propose import operation_propose
 from tests import factories
 from tests.conftest import ROOT, wait_for
 from tests.system.test_embedded_run import _embedded_env
@@ -153,7 +154,8 @@ _PROPOSE = """
 from django.utils import timezone
 from runtime.actors import SYSTEM
 from runtime.notifications.dispatch import notification_task_id
-from runtime.operations import OperationSpec, operation_propose
+from runtime.specs import OperationSpec
+from runtime.transitions.propose import operation_propose
 op, _ = operation_propose(SYSTEM, notification_task_id(timezone.now()), OperationSpec(
     tool="notify.email", step="tell",
     params={"to": ["someone@example.test"], "subject": "hello", "body": "a message"}))

@@ -20,19 +20,15 @@ from runtime.completion import task_complete
 from runtime.db import db_now
 from runtime.errors import BudgetExhausted, TaskRefused
 from runtime.executions import execution_for_agent
-from runtime.leases import (
-    Lease,
-    Refusal,
-    agent_claim,
-    lease_expire_sweep,
-    lease_heartbeat,
-    operation_claim,
-)
 from runtime.models import Approval, Attempt, BudgetHold, BudgetMeter, Event, Operation, Task
-from runtime.operations import Report, agent_report
 from runtime.reactor import parent_rest
 from runtime.sandbox import receivers
-from runtime.waits import expired_waits
+from runtime.selectors.waits import expired_waits
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim, operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep, lease_heartbeat
 from tests import factories
 from tests.concurrency import gate_at, in_thread, lock_waiters, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for

@@ -24,16 +24,16 @@ from runtime.cancellation import task_cancel
 from runtime.crashpoints import crash_point_installed
 from runtime.drainers import Registration, drainable_tools, queue_of
 from runtime.executions import execution_current, execution_for_agent
-from runtime.leases import (
-    Lease,
-    Refusal,
-    lease_expire_sweep,
-    operation_claim,
-    operations_claim_batch,
-)
 from runtime.models import Event, Invocation, Operation, OutboxMessage, RejectedObservation, Task
-from runtime.operations import OperationSpec, Report, operation_propose, operations_report_batch
 from runtime.rules.statuses import OperationStatus as S
+from runtime.specs import OperationSpec
+from runtime.transitions.accept_batch import operations_report_batch
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_batch import operations_claim_batch
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
+from runtime.transitions.propose import operation_propose
 from runtime.worker import execute_operation
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
@@ -397,7 +397,7 @@ def test_a_burst_of_calls_that_are_not_quick_is_drained_one_at_a_time(_broker, s
     tokens = {op.lease_token_digest for op in drained}
     assert len(tokens) == 2  # claimed one at a time: a batch shares one lease token
     # The first drained call's acceptance and the second's claim share a transaction (the
-    # drainer's hand-over: runtime.operations.operation_report_and_claim).
+    # drainer's hand-over: runtime.transitions.handover.operation_report_and_claim).
     with connection.cursor() as cur:
         cur.execute(
             "SELECT operation_id, type, xmin::text FROM runtime_event WHERE operation_id = ANY(%s)",
@@ -437,7 +437,7 @@ def test_a_proposal_made_as_the_drainer_leaves_is_run_by_its_last_take(_broker):
 def test_a_real_worker_drains_a_backlog_and_takes_new_proposals_off_the_broker(
     workers, _broker, settings, monkeypatch
 ):
-    from runtime import hotpath
+    from runtime.transitions import fast
 
     owner = factories.agent()
     tasks = [factories.task(owner, name=f"t{i}") for i in range(3)]
@@ -447,14 +447,14 @@ def test_a_real_worker_drains_a_backlog_and_takes_new_proposals_off_the_broker(
     wait_for(lambda: _broker.zcard(f"drainers:{QUEUE}") == 1, timeout=60, what="a drainer")
 
     ways: list[str | None] = []
-    real = hotpath.announce_or_push
+    real = fast.announce_or_push
 
     def record(*args, **kwargs):  # type: ignore[no-untyped-def]
         ways.append(real(*args, **kwargs))
         return ways[-1]
 
-    monkeypatch.setattr(hotpath, "announce_or_push", record)
-    monkeypatch.setattr(hotpath, "outbox_publish", lambda messages: ways.append("celery"))
+    monkeypatch.setattr(fast, "announce_or_push", record)
+    monkeypatch.setattr(fast, "outbox_publish", lambda messages: ways.append("celery"))
     late = [_propose(owner, tasks[i % 3], f"l{i}") for i in range(10)]
 
     every = [op.pk for op in backlog + late]

@@ -10,9 +10,11 @@ import pytest
 from django.utils import timezone
 
 from runtime.errors import StaleLease
-from runtime.leases import Lease, lease_expire_sweep, operation_claim
 from runtime.models import Event, Execution, Invocation, Operation, RejectedObservation
-from runtime.operations import Report, operation_report
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from runtime.worker import execute_operation
 from tests import factories
 from tests.conftest import broker_idle, wait_for

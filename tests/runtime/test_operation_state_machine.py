@@ -31,12 +31,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runtime import dialect, hotpath
+from runtime import dialect
 from runtime.errors import StaleLease
-from runtime.leases import Lease, lease_expire_sweep, lease_heartbeat, operation_claim
 from runtime.models import Event, Execution, Operation, Task
-from runtime.operations import Report, operation_report
 from runtime.rules.statuses import OPERATION
+from runtime.transitions import accept as accept_module
+from runtime.transitions import claim as claim_module
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep, lease_heartbeat
 from tests import factories
 
 REPORTS = {
@@ -235,7 +239,7 @@ class LeasedOperation(RuleBasedStateMachine):
         self.tally["acceptances"] += 1
         if self._fresh().status == "unresolved":
             # A person must hear of it: that acceptance is the general writer's by design
-            # (runtime.operations._accept_fast_txn declines it), never the one statement's.
+            # (runtime.transitions.accept.accept_fast_txn declines it), never the one statement's.
             self.tally["acceptances ending unresolved"] += 1
         if kind == "succeeded":
             self.accepted.append((generation, kind))
@@ -280,9 +284,11 @@ def test_leasing_and_acceptance_hold_their_invariants_under_any_interleaving(
     settings.HOTPATH = one_statement
     tally: Counter[str] = Counter()
     monkeypatch.setattr(LeasedOperation, "tally", tally)
-    monkeypatch.setattr(hotpath, "claim_txn", counting(tally, "fast claims", hotpath.claim_txn))
     monkeypatch.setattr(
-        hotpath, "accept_txn", counting(tally, "fast acceptances", hotpath.accept_txn)
+        claim_module, "claim_txn", counting(tally, "fast claims", claim_module.claim_txn)
+    )
+    monkeypatch.setattr(
+        accept_module, "accept_txn", counting(tally, "fast acceptances", accept_module.accept_txn)
     )
     run_state_machine_as_test(
         LeasedOperation,

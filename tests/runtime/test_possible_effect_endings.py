@@ -1,11 +1,11 @@
 """A possible effect is never ended by a machine as anything but ``unresolved`` (issue 34, N4).
 
-The rule is the one status writer's (runtime.statemachine.operation_transition_txn), so no caller
-can forget it: a call lost with its lease is handed back ``pending`` by the sweeper; when no
-attempt or deadline is left, the next claim used to end it ``failed`` or ``expired`` although the
-receiver may hold the charge, with nobody told and its budget hold unknown for ever. Now the
-writer writes ``unresolved`` (the reason kept, the unconfirmed call noted), support staff are
-told, and what the lost call held stays unknown until a person resolves it."""
+The rule is the one status writer's (runtime.transitions.status.operation_transition_txn), so
+no caller can forget it: a call lost with its lease is handed back ``pending`` by the sweeper;
+when no attempt or deadline is left, the next claim used to end it ``failed`` or ``expired``
+although the receiver may hold the charge, with nobody told and its budget hold unknown for
+ever. Now the writer writes ``unresolved`` (the reason kept, the unconfirmed call noted),
+support staff are told, and what the lost call held stays unknown until a person resolves it."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ from django.utils import timezone
 
 from runtime.actors import SWEEPER, execution_actor
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import BudgetMeter, Event, Invocation, NotificationEvent, Operation
-from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve, unresolved_queue
-from runtime.statemachine import operation_transition_txn
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
+from runtime.transitions.status import operation_transition_txn
 from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

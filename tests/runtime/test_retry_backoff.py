@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.operations import backoff_delay
+from runtime.transitions.accept_decision import backoff_delay
 
 
 @given(

@@ -38,7 +38,6 @@ from runtime.cancellation import task_cancel
 from runtime.drainers import call_drained_singly, call_quick
 from runtime.executions import execution_current
 from runtime.executor import IN_SLOT, operation_deliver
-from runtime.leases import lease_expire_sweep
 from runtime.models import (
     Event,
     Execution,
@@ -50,6 +49,7 @@ from runtime.models import (
 from runtime.outbox import outbox_publish
 from runtime.sandbox.models import SlowCall
 from runtime.tools import base, loading
+from runtime.transitions.lease import lease_expire_sweep
 from tests import factories
 from tests.concurrency import in_thread
 from tests.conftest import wait_for

@@ -15,16 +15,15 @@ from django.db import connection, transaction
 
 from runtime.cancellation import task_cancel
 from runtime.executions import execution_for_agent
-from runtime.leases import (
-    Lease,
-    Refusal,
-    lease_expire_sweep,
-    operation_claim,
-    operations_claim_batch,
-)
 from runtime.models import BudgetHold, Event, Invocation, Operation, OutboxMessage, Task
-from runtime.operations import Report, operation_report, operations_report_batch
 from runtime.resolutions import operation_resolve, unresolved_queue
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_batch import operations_report_batch
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_batch import operations_claim_batch
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 from tests.concurrency import gate_at, in_thread, lock_waiters, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for

@@ -12,10 +12,13 @@ from django.utils import timezone
 from runtime.cancellation import task_cancel, task_fail
 from runtime.errors import TaskRefused
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, Refusal, lease_expire_sweep, operation_claim
 from runtime.models import Event, Operation, OutboxMessage
-from runtime.operations import Report, operation_report
 from runtime.resolutions import operation_resolve
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from tests import factories
 
 pytestmark = [pytest.mark.django_db]

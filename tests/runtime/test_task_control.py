@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from runtime.executor import operation_execute
-from runtime.leases import Lease, Refusal, operation_claim
 from runtime.models import (
     Event,
     Execution,
@@ -17,8 +16,12 @@ from runtime.models import (
     RejectedObservation,
     TaskCommand,
 )
-from runtime.operations import Report, operation_report
 from runtime.sandbox import receivers
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_refusals import Refusal
+from runtime.transitions.lease import Lease
 from tests import factories
 from tests.concurrency import gate_at, in_thread, wait_until_blocked_on_a_lock
 from tests.conftest import wait_for
@@ -235,7 +238,8 @@ def test_the_one_statement_proposal_waiting_on_a_pause_holding_the_task_row_is_r
     fails, so the operation, its event and its outbox row never existed."""
     from runtime.errors import TaskRefused
     from runtime.models import Task
-    from runtime.operations import OperationSpec, operation_propose
+    from runtime.specs import OperationSpec
+    from runtime.transitions.propose import operation_propose
 
     owner = factories.agent()
     task = factories.task(owner)

@@ -12,10 +12,12 @@ from django.test.utils import CaptureQueriesContext
 
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
-from runtime.leases import Lease, operation_claim
 from runtime.models import Task
-from runtime.operations import Report, operation_report
 from runtime.tasks import task_counts
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.lease import Lease
 from tests import factories
 
 pytestmark = pytest.mark.django_db

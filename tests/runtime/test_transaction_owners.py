@@ -10,7 +10,8 @@ from django.db import transaction
 
 from runtime.errors import TaskRefused
 from runtime.models import Operation, Task
-from runtime.operations import OperationSpec, operation_propose, operation_propose_txn
+from runtime.specs import OperationSpec
+from runtime.transitions.propose import operation_propose, operation_propose_txn
 from tests import factories
 
 SPEC = OperationSpec(tool="demo.echo", step="s", params={"v": 1})

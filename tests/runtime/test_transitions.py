@@ -25,7 +25,7 @@ from runtime.rules.statuses import (
     TaskCondition,
     task_condition_for,
 )
-from runtime.statemachine import status_deltas
+from runtime.transitions.status import status_deltas
 
 S = OperationStatus
 C = TaskCondition
@@ -238,7 +238,7 @@ def test_counters_kept_by_deltas_always_describe_the_operations(
     from django.utils import timezone
 
     from runtime.models import Operation, Task
-    from runtime.statemachine import operation_transition_txn
+    from runtime.transitions.status import operation_transition_txn
     from tests import factories
 
     owner = factories.agent()
@@ -287,7 +287,7 @@ def test_the_rendered_condition_case_agrees_with_the_rule_on_the_database():
     from django.db import connection
 
     from runtime.events import condition_case_sql
-    from runtime.statemachine import status_deltas
+    from runtime.transitions.status import status_deltas
 
     case = condition_case_sql()
     sql = (

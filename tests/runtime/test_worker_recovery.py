@@ -8,7 +8,8 @@ import pytest
 
 from runtime.errors import StaleLease
 from runtime.models import Event, Execution, Invocation, Operation, RejectedObservation
-from runtime.operations import Report, operation_report
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_decision import Report
 from tests import factories
 from tests.conftest import server_start, wait_for
 

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
-from runtime.actors import execution_actor
 from runtime.crashpoints import crash_point
 from runtime.errors import Conflict, StaleLease, TransitionRejected
 from runtime.events import TaskRow, event_append_txn
-from runtime.models import Approval, Attempt, Operation, RejectedObservation, Task
+from runtime.models import Approval, Attempt, Operation, Task
 from runtime.notify_events import task_failed_noticed_txn, unresolved_noticed_txn
 from runtime.rules.statuses import (
     APPROVAL,
@@ -96,11 +93,11 @@ def ending_needs_calls_read(op: Operation, target: str) -> bool:
 
 
 def fast_ending_allowed(op: Operation, target: str, call_outcome: str) -> bool:
-    """Whether a one-statement form (runtime.hotpath), which writes ``target`` with the outcome
-    ``call_outcome`` of the call it reports and reads no other call, writes what the rule would:
-    yes unless the rule applies and either that outcome is unconfirmed or an earlier call exists
-    (``op`` is the claim's snapshot: its ``attempts_used`` numbers the reported call). When not,
-    the caller declines to the general path, whose writer applies the rule."""
+    """Whether a one-statement form (runtime.transitions.fast), which writes ``target`` with the
+    outcome ``call_outcome`` of the call it reports and reads no other call, writes what the rule
+    would: yes unless the rule applies and either that outcome is unconfirmed or an earlier call
+    exists (``op`` is the claim's snapshot: its ``attempts_used`` numbers the reported call). When
+    not, the caller declines to the general path, whose writer applies the rule."""
     if not ending_needs_calls_read(op, target):
         return True
     return op.attempts_used <= 1 and call_outcome in CONFIRMED_OUTCOMES
@@ -180,32 +177,28 @@ def operation_transition_txn(
         fields, data = _held_for_a_person(operation, target, fields, data, event_type)
         target, event_type = S.UNRESOLVED, ENDED_UNCONFIRMED_EVENT
     name = OPERATION.check(operation.status, target)
-    guard: dict[str, Any] = {
-        "pk": operation.pk,
-        "status": operation.status,
-        "state_version": operation.state_version,
-        **(where or {}),
-    }
-    if lease_generation is not None:
-        guard["lease_generation"] = lease_generation
-    values = fields
-    touched = Operation.objects.filter(**guard).update(
-        status=target, state_version=F("state_version") + 1, updated_at=now, **values
-    )
-    crash_point("operation.updated")
-    if touched != 1:
-        err = StaleLease if lease_generation is not None else TransitionRejected
-        raise err(
-            f"operation {operation.pk} is no longer {operation.status} at version "
-            f"{operation.state_version}",
-            operation=operation.pk,
-        )
     source = operation.status
-    operation.status = target
-    operation.state_version += 1
-    for key, value in values.items():
-        if not hasattr(value, "resolve_expression"):
-            setattr(operation, key, value)
+    _guarded_update(
+        operation, target, now=now, fields=fields, lease_generation=lease_generation, where=where
+    )
+    return _journal_txn(
+        operation, source, target, name, now=now, actor=actor, data=data, event_type=event_type
+    )
+
+
+def _journal_txn(
+    operation: Operation,
+    source: str,
+    target: str,
+    name: str,
+    *,
+    now: datetime,
+    actor: str,
+    data: dict[str, Any],
+    event_type: str | None,
+) -> Transitioned:
+    """The journal event of a move ``operation_transition_txn`` wrote (the task's counters
+    with it), and support staff's notice of an ``unresolved`` operation."""
     payload = {"from": source, "to": target, "status": target}
     payload.update(data)
     event, task = event_append_txn(
@@ -229,6 +222,43 @@ def operation_transition_txn(
             now=now,
         )
     return Transitioned(name, operation.state_version, task, event.seq)
+
+
+def _guarded_update(
+    operation: Operation,
+    target: str,
+    *,
+    now: datetime,
+    fields: dict[str, Any],
+    lease_generation: int | None,
+    where: dict[str, Any] | None,
+) -> None:
+    """The conditional UPDATE of ``operation_transition_txn`` (one row, or a rejection), then
+    ``operation`` updated in place to what was written."""
+    guard: dict[str, Any] = {
+        "pk": operation.pk,
+        "status": operation.status,
+        "state_version": operation.state_version,
+        **(where or {}),
+    }
+    if lease_generation is not None:
+        guard["lease_generation"] = lease_generation
+    touched = Operation.objects.filter(**guard).update(
+        status=target, state_version=F("state_version") + 1, updated_at=now, **fields
+    )
+    crash_point("operation.updated")
+    if touched != 1:
+        err = StaleLease if lease_generation is not None else TransitionRejected
+        raise err(
+            f"operation {operation.pk} is no longer {operation.status} at version "
+            f"{operation.state_version}",
+            operation=operation.pk,
+        )
+    operation.status = target
+    operation.state_version += 1
+    for key, value in fields.items():
+        if not hasattr(value, "resolve_expression"):
+            setattr(operation, key, value)
 
 
 def task_transition_txn(
@@ -305,44 +335,6 @@ def attempt_end_txn(
         data={"attempt": number, "outcome": outcome, "reason": reason[:2000]},
     )
     return True
-
-
-def rejection_record(
-    *,
-    operation_id: str | None,
-    kind: str,
-    lease_generation: int | None = None,
-    state_version: int | None = None,
-    execution_id: str | None = None,
-    actor: str = "",
-    detail: dict[str, Any] | None = None,
-) -> RejectedObservation:
-    """Keep what a stale or duplicate actor tried, for diagnosis, after the rejected change
-    rolled back (its own atomic block). A stale completion is also journalled, so live pages
-    show it; routine duplicate deliveries are only kept, not journalled."""
-
-    with transaction.atomic():
-        rejected = RejectedObservation.objects.create(
-            operation_id=operation_id,
-            kind=kind,
-            lease_generation=lease_generation,
-            state_version=state_version,
-            execution_id=execution_id,
-            detail=detail or {},
-        )
-        if kind == "stale_completion" and operation_id is not None:
-            op = Operation.objects.filter(pk=operation_id).only("task_id", "state_version").first()
-            if op is not None:
-                event_append_txn(
-                    task_id=op.task_id,
-                    type="operation.report_rejected",
-                    state_version=op.state_version,
-                    now=timezone.now(),
-                    operation_id=operation_id,
-                    actor=actor or execution_actor(execution_id),
-                    data={"lease_generation": lease_generation, "reason": "stale report refused"},
-                )
-    return rejected
 
 
 def approval_transition_txn(

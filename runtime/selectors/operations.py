@@ -1,4 +1,6 @@
-"""Reads of one operation's whole story (selectors), for its console page: the journal's entries
+"""Reads of operations (selectors): one operation for an actor (``operation_get``; for the agent
+that runs it, ``operation_get_for_agent``), a page of them, their invocations; and one
+operation's whole story, for its console page: the journal's entries
 about it, its invocations grouped by lease generation, approvals, resolutions, budget holds and
 refused observations. A fixed number of statements, however long the story."""
 
@@ -8,8 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
+
 from runtime.actors import Actor
-from runtime.errors import NotFound
+from runtime.errors import InvalidInput, NotFound, StaleLease
 from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
 from runtime.models import (
     Approval,
@@ -20,7 +24,67 @@ from runtime.models import (
     RejectedObservation,
     Resolution,
 )
-from runtime.policy import task_scope
+from runtime.policy import can_claim, task_scope
+from runtime.rules.statuses import OperationStatus
+
+S = OperationStatus
+
+
+def operation_get(actor: Actor, operation_id: str) -> Operation:
+    """The operation if the actor may see its task; NotFound otherwise."""
+    op = Operation.objects.filter(task_scope(actor, "task__"), pk=operation_id).first()
+    if op is None:
+        raise NotFound("no such operation")
+    return op
+
+
+def operation_get_for_agent(actor: Actor, operation_id: str, *, leased: bool = False) -> Operation:
+    """The operation, for the agent that runs it over the API (claim, heartbeat, complete).
+
+    NotFound when the actor may not see it; NotAuthorized unless the actor is the task's agent
+    (``policy.can_claim``). With ``leased``: StaleLease for a worker-run operation, whose lease
+    is only ever held by a worker, so no API call can heartbeat or complete it."""
+    op = operation_get(actor, operation_id)
+    can_claim(actor, op)
+    if leased and op.executor != Operation.EXECUTOR_AGENT:
+        raise StaleLease("this operation is run by the workers; no API claim holds its lease")
+    return op
+
+
+def operation_list(
+    actor: Actor,
+    *,
+    task_id: str | None = None,
+    status: str | None = None,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[Operation]:
+    if status and status not in S.ALL:
+        raise InvalidInput(f"status must be one of {', '.join(S.ALL)}")
+    qs: QuerySet[Operation] = Operation.objects.filter(task_scope(actor, "task__"))
+    if task_id:
+        qs = qs.filter(task_id=task_id)
+    if status:
+        qs = qs.filter(status=status)
+    if after is not None:
+        at, last_id = after
+        qs = qs.filter(created_at__gt=at) | qs.filter(created_at=at, id__gt=last_id)
+    return list(qs.order_by("created_at", "id")[:limit])
+
+
+def invocations_of(operation: Operation) -> list[Invocation]:
+    return invocations_by_operation([operation.pk])[operation.pk]
+
+
+def invocations_by_operation(operation_ids: list[str]) -> dict[str, list[Invocation]]:
+    """The invocations of a whole page of operations in one query (never one per row)."""
+    found: dict[str, list[Invocation]] = {op_id: [] for op_id in operation_ids}
+    for inv in Invocation.objects.filter(operation_id__in=operation_ids).order_by(
+        "operation_id", "number"
+    ):
+        found[inv.operation_id].append(inv)
+    return found
+
 
 # Each part of the story is cut at this many rows (the oldest kept): an operation retried or
 # re-leased thousands of times still renders one page.
