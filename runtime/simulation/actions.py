@@ -22,9 +22,7 @@ from runtime.checks import task_checks_run
 from runtime.completion import task_complete
 from runtime.control import task_pause, task_resume
 from runtime.errors import DomainError
-from runtime.leases import Lease, agent_claim, lease_expire_sweep
 from runtime.models import Approval, Artifact, CheckResult, Event, Operation, Signal, Task
-from runtime.operations import Report, agent_report
 from runtime.resolutions import operation_resolve, resolutions_allowed
 from runtime.rules.statuses import ApprovalStatus, OperationStatus, TaskCondition
 from runtime.sandbox.models import Charge, Notification, Reservation
@@ -42,6 +40,10 @@ from runtime.simulation.world import (
     WorldCore,
 )
 from runtime.tools import adapters
+from runtime.transitions.accept import agent_report
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import agent_claim
+from runtime.transitions.lease import Lease, lease_expire_sweep
 from runtime.waits import wait_end_task, wait_renew, wait_sweep, wait_transform, wait_wake
 
 S = OperationStatus

@@ -12,28 +12,28 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runtime import hotpath
 from runtime.accounts import console_user_create
 from runtime.actors import Actor, actor_for_agent, actor_for_user
 from runtime.crashpoints import crash_point_installed
 from runtime.errors import DomainError, IdempotencyKeyReused
 from runtime.executor import _invoke  # the worker's own call of the receiver
-from runtime.leases import Lease, lease_heartbeat, operation_claim, operations_claim_batch
 from runtime.models import Approval, Execution, Operation, Task
-from runtime.operations import (
-    OperationSpec,
-    Report,
-    operation_propose,
-    operation_report,
-    operations_report_batch,
-)
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 from runtime.simulation.clock import FakeClock
 from runtime.simulation.facts import Call, Facts, contract, gated
 from runtime.simulation.schedule import CRASH_POINTS, SimCrash, Step, Violation
+from runtime.specs import OperationSpec
 from runtime.tasks import TaskSpec, task_create
 from runtime.tokens import token_issue_for_agent
 from runtime.tools import adapter_for
+from runtime.transitions.accept import operation_report
+from runtime.transitions.accept_batch import operations_report_batch
+from runtime.transitions.accept_decision import Report
+from runtime.transitions.claim import operation_claim
+from runtime.transitions.claim_batch import operations_claim_batch
+from runtime.transitions.fast import enabled as one_statement_forms
+from runtime.transitions.lease import Lease, lease_heartbeat
+from runtime.transitions.propose import operation_propose
 
 S = OperationStatus
 
@@ -523,7 +523,7 @@ class WorldCore:
         return note + "; " + self._report(held)
 
     def do_claim_batch(self, step: Step) -> str:
-        if not hotpath.enabled():
+        if not one_statement_forms():
             return "no batches on this database"
         ids = self._ops_where(status=S.PENDING, tool="demo.echo")[: 1 + step.a % 4]
         if not ids:
@@ -600,7 +600,7 @@ class WorldCore:
         held = self._pick(ready, step.a)
         if held is None:
             return "nothing"
-        if held.batched and hotpath.enabled():
+        if held.batched and one_statement_forms():
             return self._report_batch(held, step)
         note = self._report(held)
         if step.fault == "lost" and note.startswith("accepted"):
