@@ -46,8 +46,6 @@ BOTTOM = (
 # when it is split, and nothing joins it.
 PENDING_SIZES: frozenset[str] = frozenset(
     {
-        "console.management.commands.demo:story_pass",
-        "console.management.commands.runstack:handle",
         "runtime.approval_gate:approval_release_txn",
         "runtime.approvals",
         "runtime.approvals:approval_decide",

@@ -104,31 +104,49 @@ def _wrap(handler: Handler, *, atomic: bool) -> Handler:
                 replay["Idempotent-Replayed"] = "true"
                 return replay
             begun = claimed
-        refusal: DomainError | None = None
         try:
             with transaction.atomic(durable=True) if atomic else _no_transaction():
-                try:
-                    response = handler(self, request, *args, **kwargs)
-                except DomainError as exc:
-                    refusal = exc
-                else:
-                    if begun is not None and 200 <= response.status_code < 300:
-                        body = _storable(response)
-                        with transaction.atomic():
-                            request_finish_txn(begun, response.status_code, body)
+                answer = _answer_recorded(handler, self, request, begun, *args, **kwargs)
         except BaseException:
             if begun is not None:
                 request_abandon(begun)
             raise
-        if refusal is not None:
-            if begun is not None:
-                request_abandon(begun)
-            raise refusal
-        if begun is not None and not 200 <= response.status_code < 300:
-            request_abandon(begun)
-        return response
+        return _answer_closed(begun, answer)
 
     return wrapper
+
+
+def _answer_recorded(
+    handler: Handler,
+    view: Any,
+    request: Request,
+    begun: IdempotentRequest | None,
+    *args: Any,
+    **kwargs: Any,
+) -> Response | DomainError:
+    """The handler's answer, a 2xx one stored for replays under ``begun``; a domain refusal is
+    returned, not raised, so that what its service chose to keep commits."""
+    try:
+        response = handler(view, request, *args, **kwargs)
+    except DomainError as exc:
+        return exc
+    if begun is not None and 200 <= response.status_code < 300:
+        body = _storable(response)
+        with transaction.atomic():
+            request_finish_txn(begun, response.status_code, body)
+    return response
+
+
+def _answer_closed(begun: IdempotentRequest | None, answer: Response | DomainError) -> Response:
+    """The response, once a key whose request was refused or not a success is given up (a
+    refusal does not burn it); a refusal raised to the error mapping."""
+    if isinstance(answer, DomainError):
+        if begun is not None:
+            request_abandon(begun)
+        raise answer
+    if begun is not None and not 200 <= answer.status_code < 300:
+        request_abandon(begun)
+    return answer
 
 
 def _in_one_commit(

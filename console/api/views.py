@@ -494,26 +494,18 @@ async def _sse(
         while loop.time() - started < max_seconds:
             if loop.time() - checked >= settings.TOKEN_RECHECK_SECONDS:
                 checked = loop.time()
-                refusal = await sync_to_async(_stream_refusal)(actor, task, session_key)
-                if refusal is not None:
-                    yield f"event: error\ndata: {json.dumps(refusal)}\n\n".encode()
+                if (refused := await _sse_refusal(actor, task, session_key)) is not None:
+                    yield refused
                     return
             rows = await sync_to_async(_events_after)(task_id, last, 200)
             for event in rows:
-                body = json.dumps(s.event_out(event), separators=(",", ":"))
-                yield f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()
+                yield _sse_event(event)
                 last = event.seq
             if rows:
                 quiet = 0.0
                 continue
             waited = loop.time()
-            try:
-                if hinted:
-                    await asyncio.wait_for(layer.receive(channel), timeout=idle)
-                else:
-                    await asyncio.sleep(idle)
-            except TimeoutError:
-                pass
+            await _sse_wait(layer if hinted else None, channel, idle)
             quiet += loop.time() - waited
             if quiet >= 15:
                 quiet = 0.0
@@ -521,3 +513,29 @@ async def _sse(
     finally:
         if hinted:
             await layer.group_discard(group, channel)
+
+
+async def _sse_refusal(actor: Actor, task: Task, session_key: str | None) -> bytes | None:
+    """The ``event: error`` that ends a stream whose principal no longer holds, or None."""
+    refusal = await sync_to_async(_stream_refusal)(actor, task, session_key)
+    if refusal is None:
+        return None
+    return f"event: error\ndata: {json.dumps(refusal)}\n\n".encode()
+
+
+def _sse_event(event: Any) -> bytes:
+    """One journal event as a server-sent event, its sequence number as its id."""
+    body = json.dumps(s.event_out(event), separators=(",", ":"))
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {body}\n\n".encode()
+
+
+async def _sse_wait(layer: Any, channel: str, idle: float) -> None:
+    """Until the next journal hint on ``channel`` (``layer``: services mode) or ``idle`` seconds,
+    whichever comes first."""
+    try:
+        if layer is not None:
+            await asyncio.wait_for(layer.receive(channel), timeout=idle)
+        else:
+            await asyncio.sleep(idle)
+    except TimeoutError:
+        pass

@@ -128,24 +128,13 @@ class Command(BaseCommand):
 
 def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
     """One pass of the story through ``console`` (an agent_console_client.Client)."""
-    from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
     from agent_console_client.models import HUMAN_STATUSES, TERMINAL_STATUSES  # noqa: PLC0415
 
     settled = TERMINAL_STATUSES | HUMAN_STATUSES
 
     done = Pass()
     stamp = time.strftime("%H:%M:%S")
-    for order, amount in ((1040 + n, APPROVAL_AMOUNT_CENTS), (2040 + n, APPROVAL_AMOUNT_CENTS + 5)):
-        task = console.create_task(f"refund order #{order} ({stamp})", {"order": order})
-        op = console.propose(
-            task.id,
-            "demo.payments.charge",
-            {"account": f"cust-{order}", "amount_cents": amount},
-            step="refund",
-        )
-        done.approvals.append(op.id)
-    done.lines.append(f"refunds waiting for approval: {', '.join(done.approvals)}")
-
+    _refunds(console, n, stamp, done)
     inventory = console.create_task(f"reserve stock ({stamp})", {"sku": "SKU-7"})
     flaky = console.propose(
         inventory.id,
@@ -160,7 +149,32 @@ def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
         {"to": "customer@example.com", "message": "your refund is on its way", "_fault": "unknown"},
         step="notify",
     )
+    _report(console, n, stamp, done)
+    _budget(console, stamp, done)
 
+    done.flaky = console.wait_operation(flaky.id, until=settled, timeout=timeout).status
+    done.lines.append(f"flaky inventory call {flaky.id}: {done.flaky} after retries")
+    done.unresolved = console.wait_operation(unknown.id, until=settled, timeout=timeout).status
+    done.lines.append(f"notification {unknown.id}: {done.unresolved} (for support staff)")
+    return done
+
+
+def _refunds(console: Any, n: int, stamp: str, done: Pass) -> None:
+    """Two refunds over the approval threshold: they wait for a person."""
+    for order, amount in ((1040 + n, APPROVAL_AMOUNT_CENTS), (2040 + n, APPROVAL_AMOUNT_CENTS + 5)):
+        task = console.create_task(f"refund order #{order} ({stamp})", {"order": order})
+        op = console.propose(
+            task.id,
+            "demo.payments.charge",
+            {"account": f"cust-{order}", "amount_cents": amount},
+            step="refund",
+        )
+        done.approvals.append(op.id)
+    done.lines.append(f"refunds waiting for approval: {', '.join(done.approvals)}")
+
+
+def _report(console: Any, n: int, stamp: str, done: Pass) -> None:
+    """A task whose required checks pass on the artifact it uploads, completed."""
     report = console.create_task(
         f"weekly report ({stamp})",
         required_checks=[
@@ -184,6 +198,11 @@ def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
     done.report_task = report.id
     done.lines.append(f"report {report.id}: checks passed, task {ended.outcome}")
 
+
+def _budget(console: Any, stamp: str, done: Pass) -> None:
+    """Calls against a small budget until one is refused."""
+    from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
+
     budget = console.create_task(f"summarise tickets ({stamp})", budget={"cost_cents": 100})
     for i in range(5):
         try:
@@ -198,12 +217,6 @@ def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
             done.budget_refused = True
             done.lines.append(f"budget of {budget.id} ran low: call {i + 1} refused")
             break
-
-    done.flaky = console.wait_operation(flaky.id, until=settled, timeout=timeout).status
-    done.lines.append(f"flaky inventory call {flaky.id}: {done.flaky} after retries")
-    done.unresolved = console.wait_operation(unknown.id, until=settled, timeout=timeout).status
-    done.lines.append(f"notification {unknown.id}: {done.unresolved} (for support staff)")
-    return done
 
 
 def _stack_start(url: str) -> subprocess.Popen[bytes]:

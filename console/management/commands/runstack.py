@@ -103,51 +103,10 @@ class Command(BaseCommand):
         accounts = self._demo_accounts() if embedded else ""
         to_file = (options["logs"] or ("file" if embedded else "terminal")) == "file"
         log_dir = Path(settings.DATA_DIR) / "logs" if to_file else None
-        python = sys.executable
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        commands = {
-            "web": [
-                python,
-                "-m",
-                "console.server",
-                "--host",
-                options["host"],
-                "--port",
-                str(options["port"]),
-            ],
-            **worker_pools(python),
-        }
-        if "worker" in only:
-            # The worker pools are one part of the stack: --only worker starts the notifier too.
-            only.add("notifier")
-        if "beat" in only:
-            # The sweeper's own process, never a task queued behind the workers it rescues.
-            commands["beat"] = [
-                python,
-                str(Path(settings.BASE_DIR) / "manage.py"),
-                "beat",
-            ]
-        mode = "embedded (SQLite, no Redis)" if embedded else "services"
-        url = f"http://{options['host']}:{options['port']}/"
-        banner = []
-        if log_dir is not None:
-            banner.append(
-                f"Logs: {log_dir}/{{{','.join(n for n in commands if n in only)}}}.log "
-                "(--logs terminal shows them here)."
-            )
-        if accounts:
-            banner.append(accounts.rstrip("\n"))
-        banner.append(
-            f"Agent console ({mode}) on {url} - lease {settings.LEASE_SECONDS}s, "
-            f"sweep {settings.SWEEP_SECONDS}s, {settings.WORKERS} worker process(es)"
-            + (
-                f" and {settings.NOTIFY_WORKERS} for notifications"
-                if "notifier" in commands
-                else ""
-            )
-            + ". Ctrl-C stops."
-        )
+        commands = _commands(options, only)
+        banner = _banner(options, commands, only, log_dir, accounts)
         supervisor = Supervisor(
             {name: cmd for name, cmd in commands.items() if name in only},
             env,
@@ -216,3 +175,59 @@ def _probe_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(  # noqa: S104
         host, f"[{host}]" if ":" in host else host
     )
+
+
+def _commands(options: dict[str, Any], only: set[str]) -> dict[str, list[str]]:
+    """Each process of the stack by name, its command line; ``only`` gains the parts a part it
+    names brings along."""
+    python = sys.executable
+    commands = {
+        "web": [
+            python,
+            "-m",
+            "console.server",
+            "--host",
+            options["host"],
+            "--port",
+            str(options["port"]),
+        ],
+        **worker_pools(python),
+    }
+    if "worker" in only:
+        # The worker pools are one part of the stack: --only worker starts the notifier too.
+        only.add("notifier")
+    if "beat" in only:
+        # The sweeper's own process, never a task queued behind the workers it rescues.
+        commands["beat"] = [
+            python,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "beat",
+        ]
+    return commands
+
+
+def _banner(
+    options: dict[str, Any],
+    commands: dict[str, list[str]],
+    only: set[str],
+    log_dir: Path | None,
+    accounts: str,
+) -> list[str]:
+    """What the stack says once it answers: where its logs go, who to sign in as, its mode."""
+    mode = "embedded (SQLite, no Redis)" if settings.EMBEDDED_DATABASE else "services"
+    url = f"http://{options['host']}:{options['port']}/"
+    banner = []
+    if log_dir is not None:
+        banner.append(
+            f"Logs: {log_dir}/{{{','.join(n for n in commands if n in only)}}}.log "
+            "(--logs terminal shows them here)."
+        )
+    if accounts:
+        banner.append(accounts.rstrip("\n"))
+    banner.append(
+        f"Agent console ({mode}) on {url} - lease {settings.LEASE_SECONDS}s, "
+        f"sweep {settings.SWEEP_SECONDS}s, {settings.WORKERS} worker process(es)"
+        + (f" and {settings.NOTIFY_WORKERS} for notifications" if "notifier" in commands else "")
+        + ". Ctrl-C stops."
+    )
+    return banner

@@ -110,9 +110,17 @@ class Command(BaseCommand):
             out.write("covered " + ", ".join(f"{k} {v}" for k, v in outcome.coverage.items()))
             out.write("ok: no invariant broken")
             return
+        self._failed(seed, schedule, outcome, plants, opts["shrink_seconds"])
+
+    def _failed(
+        self, seed: int, schedule: list[Step], outcome: Any, plants: list[str], seconds: float
+    ) -> None:
+        """Report a broken invariant (``outcome``: an Outcome with its violation and step), shrink
+        its schedule (saved under DATA_DIR) and say how to replay it; exits 1."""
+        out = self.stdout
         out.write(f"FAILED invariant {outcome.violation.invariant}: {outcome.violation.detail}")
         out.write(f"at step {outcome.failed_at}: {schedule[outcome.failed_at].as_list()}")
-        short = shrink(seed, schedule, outcome, seconds=opts["shrink_seconds"], plants=plants)
+        short = shrink(seed, schedule, outcome, seconds=seconds, plants=plants)
         path = Path(settings.DATA_DIR) / f"simulation-seed{seed}-shrunk.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps([s.as_list() for s in short]))
