@@ -13,7 +13,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.budgets import attempt_allocate_txn
+from runtime.budget_allocations import attempt_allocate_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import InvalidInput, RequestInProgress
 from runtime.events import event_append_txn

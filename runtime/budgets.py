@@ -9,25 +9,30 @@ posted usage) until a person or a lookup settles it. Nothing here ever frees an 
 Every function ending in ``_txn`` runs inside the caller's transaction and never opens one.
 Lock order: ledger rows are taken last (after the operation rows and the task row), meters in
 ascending name. Tasks without a budget cost nothing: every entry returns before any statement.
+A child's and a new attempt's allocations are in runtime.budget_allocations, the meters' reads
+in runtime.selectors.budgets.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import ExpressionWrapper, F, FloatField, Q, Sum
+from django.db.models import F, Q, Sum
 
 from runtime.errors import BudgetExhausted, InvalidInput
 from runtime.models import Attempt, BudgetHold, BudgetMeter, Operation, Task, UsageRecord
 
 BUILTIN_METERS = ("cost_cents", "model_tokens", "tool_calls")
+
+
 MAX_METERS = 16
+
+
 MAX_AMOUNT = 2**53 - 1
 
 
@@ -55,6 +60,8 @@ def budget_validate(budget: Mapping[str, Any] | None) -> dict[str, int]:
 
 
 _BUDGETS: dict[str, dict[str, Any]] = {}
+
+
 _BUDGETS_MAX = 20000
 
 
@@ -107,7 +114,7 @@ def effective_estimate(
     return {name: v for name, v in held.items() if v > 0}
 
 
-def _reserve_txn(
+def ledger_reserve_txn(
     *, attempt_id: str, amounts: Mapping[str, int], cleanup: bool, what: str
 ) -> dict[str, int]:
     """One guarded UPDATE per meter (ascending name): the hold is taken only if the meter can
@@ -156,7 +163,7 @@ def budget_reserve_txn(
     amounts = effective_estimate(budget, op.estimate or {}, kind=op.kind)
     if not amounts:
         return
-    ids = _reserve_txn(
+    ids = ledger_reserve_txn(
         attempt_id=op.attempt_id, amounts=amounts, cleanup=cleanup, what=f"operation {op.pk}"
     )
     BudgetHold.objects.bulk_create(
@@ -334,46 +341,6 @@ def _move(
         BudgetMeter.objects.filter(pk=meter_id).update(**change)
 
 
-# --- children ------------------------------------------------------------------------------
-
-
-def child_allocate_txn(
-    *, parent: Task, child: Task, attempt: Attempt, requested: Mapping[str, int], now: datetime
-) -> dict[str, int]:
-    """Reserve a child's allocation in its parent's ledger (never a fresh allowance) and open
-    the child's ledger with exactly that. Raises BudgetExhausted when the parent cannot cover
-    it. Returns the child's limits.
-
-    Preconditions: inside the caller's transaction, after the parent's row lock."""
-    if not parent.budget:
-        limits = dict(requested)
-    else:
-        missing = sorted(set(parent.budget) - set(requested))
-        if missing:
-            raise InvalidInput(
-                "a child of a budgeted task draws its allowance from its parent: declare its "
-                f"allocation for {', '.join(missing)}",
-                field="budget",
-            )
-        limits = {name: value for name, value in requested.items() if name in parent.budget}
-        if parent.current_attempt_id is None:  # pragma: no cover - every task has one
-            raise BudgetExhausted("the parent has no attempt to draw from")
-        amounts = {name: v for name, v in limits.items() if v > 0}
-        ids = _reserve_txn(
-            attempt_id=parent.current_attempt_id,
-            amounts=amounts,
-            cleanup=False,
-            what=f"child task {child.pk}",
-        )
-        BudgetHold.objects.bulk_create(
-            BudgetHold(meter_id=meter_id, child_task=child, amount=amounts[name], created_at=now)
-            for name, meter_id in ids.items()
-        )
-    if limits:
-        ledger_open_txn(task=child, attempt=attempt, limits=limits)
-    return limits
-
-
 def child_settle_txn(*, child: Task, now: datetime) -> None:
     """The child ended: its parent's hold is replaced by what the child consumed (posted as
     posted, unknown as unknown), all of it even beyond its allocation (an overrun is money
@@ -417,89 +384,3 @@ def child_settle_txn(*, child: Task, now: datetime) -> None:
             BudgetMeter.objects.filter(pk=hold.meter_id).update(
                 reserved=F("reserved") - hold.amount, unknown=F("unknown") + unknown
             )
-
-
-# --- attempts ------------------------------------------------------------------------------
-
-
-def attempt_allocate_txn(*, task: Task, previous: Attempt | None, attempt: Attempt) -> None:
-    """A new attempt's own allocation: what the task's allowance still leaves after everything
-    earlier attempts posted, hold and may owe (unknown). The earlier attempt's limit shrinks to
-    what it has committed, so it can admit nothing new but keeps its open holds visible.
-
-    Preconditions: inside the caller's transaction, under the task's row lock."""
-    if not task.budget:
-        return
-    committed: dict[str, int] = {}
-    for meter in BudgetMeter.objects.filter(task=task).order_by("id"):
-        used = meter.reserved + meter.posted + meter.unknown
-        committed[meter.meter] = committed.get(meter.meter, 0) + used
-        if previous is not None and meter.attempt_id == previous.pk:
-            BudgetMeter.objects.filter(pk=meter.pk).update(
-                limit=F("reserved") + F("posted") + F("unknown"), reserve=0
-            )
-    limits = {
-        name: max(0, amount(total) - committed.get(name, 0)) for name, total in task.budget.items()
-    }
-    ledger_open_txn(task=task, attempt=attempt, limits=limits)
-
-
-# --- reads ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MeterView:
-    name: str
-    limit: int
-    reserved: int
-    posted: int
-    unknown: int
-    reserve: int
-
-    @property
-    def available(self) -> int:
-        """What ordinary work can still reserve (the cleanup reserve is not available to it)."""
-        return max(0, self.limit - self.reserve - self.reserved - self.posted - self.unknown)
-
-    @property
-    def used_fraction(self) -> float:
-        if self.limit <= 0:
-            return 1.0
-        return min(1.0, (self.reserved + self.posted + self.unknown) / self.limit)
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "limit": self.limit,
-            "reserved": self.reserved,
-            "posted": self.posted,
-            "unknown": self.unknown,
-            "available": self.available,
-            "reserve": self.reserve,
-        }
-
-
-def budget_meters(task: Task, attempt_id: str | None = None) -> list[MeterView]:
-    """The meters of the task's current attempt (or the one named), by name."""
-    rows = BudgetMeter.objects.filter(
-        task=task, attempt_id=attempt_id or task.current_attempt_id
-    ).order_by("meter")
-    return [MeterView(m.meter, m.limit, m.reserved, m.posted, m.unknown, m.reserve) for m in rows]
-
-
-def tasks_near_limit(threshold: float = 0.8, limit: int = 20) -> list[tuple[str, str, float]]:
-    """(task id, meter, used fraction) of live tasks whose current attempt has a meter at least
-    ``threshold`` used (reserved + posted + unknown), the fullest first."""
-    # Filtered and ordered in the database, so the fullest are found however many tasks have a
-    # budget (a slice before the filter would miss them).
-    used = ExpressionWrapper(
-        (F("reserved") + F("posted") + F("unknown")) * 1.0 / F("limit"), output_field=FloatField()
-    )
-    rows = (
-        BudgetMeter.objects.filter(attempt_id=F("task__current_attempt_id"), limit__gt=0)
-        .exclude(task__condition="terminal")
-        .annotate(used=used)
-        .filter(used__gte=threshold)
-        .order_by("-used", "task_id")
-        .values_list("task_id", "meter", "used")[:limit]
-    )
-    return [(task_id, name, float(fraction)) for task_id, name, fraction in rows]

@@ -1,6 +1,7 @@
 """Child tasks (structured concurrency, made durable): a child draws its allocation from its
-parent's ledger (runtime.budgets.child_allocate_txn), inherits its deadline or a shorter one,
-is cancelled with its parent, and the parent becomes quiescent only after its children are.
+parent's ledger (runtime.budget_allocations.child_allocate_txn), inherits its deadline or a
+shorter one, is cancelled with its parent, and the parent becomes quiescent only after its
+children are.
 
 The cascade runs after the parent's stop commits, one child per transaction: a child's rows are
 never locked while its parent's are held, so the lock order (operations, then task) holds for

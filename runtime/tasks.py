@@ -12,13 +12,8 @@ from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.budgets import (
-    MeterView,
-    budget_meters,
-    budget_validate,
-    child_allocate_txn,
-    ledger_open_txn,
-)
+from runtime.budget_allocations import child_allocate_txn
+from runtime.budgets import budget_validate, ledger_open_txn
 from runtime.checkers import required_checks_create_txn, required_checks_validate
 from runtime.db import db_datetime, fetchone_named, prepared_cursor
 from runtime.errors import InvalidInput, NotAuthorized, NotFound
@@ -40,6 +35,7 @@ from runtime.policy import (
 )
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
+from runtime.selectors.budgets import MeterView, budget_meters
 from runtime.sqlfiles import queries
 from runtime.text import name_check
 

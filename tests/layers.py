@@ -50,7 +50,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.approvals",
         "runtime.approvals:approval_decide",
         "runtime.approvals:approval_edit",
-        "runtime.budgets",
         "runtime.completion:task_complete",
         "runtime.hotpath",
         "runtime.hotpath:accept_batch_txn",

@@ -10,7 +10,6 @@ from rest_framework import serializers
 
 from console.api.plainparse import NotPlain, plain_form
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
-from runtime.budgets import MeterView
 from runtime.errors import InvalidInput
 from runtime.models import (
     Approval,
@@ -22,6 +21,7 @@ from runtime.models import (
     Task,
     TaskCommand,
 )
+from runtime.selectors.budgets import MeterView
 from runtime.tasks import MAX_DEADLINE_SECONDS, MAX_EXTERNAL_ID
 from runtime.transitions.propose import MAX_ATTEMPTS_CEILING
 from runtime.transitions.propose_wait import MAX_WAIT_SECONDS

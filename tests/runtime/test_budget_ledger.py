@@ -344,7 +344,7 @@ def test_a_retry_the_ledger_cannot_cover_fails_instead_of_passing_the_limit(sett
 
 
 def test_tasks_near_a_limit_are_found_in_the_database_fullest_first():
-    from runtime.budgets import tasks_near_limit
+    from runtime.selectors.budgets import tasks_near_limit
 
     alice = factories.agent()
     tasks = {}
