@@ -65,21 +65,48 @@ def check_budgets(
     """Every ledger invariant for the tasks ``judged`` (their meters, their children's and
     parents' among ``meters``; ``ops_of``: task -> its operation rows; ``task_rows``: task ->
     (condition, ...) for the tasks and their children). Returns how many were checked."""
-    checks = 0
     by_task: dict[str, list[Meter]] = defaultdict(list)
     for m in meters:
         by_task[m.task_id].append(m)
     children: dict[str, list[str]] = defaultdict(list)
     for child, parent in facts.parent.items():
         children[parent].append(child)
+    ledgers = _Ledgers(facts, by_task, children, ops_of, task_rows)
     for m in meters:
-        checks += 1
+        ledgers.balance(m)
+    for task_id in judged:
+        ledgers.posted_as_reported(task_id)
+    for child, parent in facts.parent.items():
+        if child in judged or parent in judged:
+            ledgers.child_in_parent(child, parent)
+    return ledgers.checks
+
+
+class _Ledgers:
+    """The ledgers of the tasks judged, their children's and parents' (``check_budgets``)."""
+
+    def __init__(
+        self,
+        facts: Facts,
+        by_task: dict[str, list[Meter]],
+        children: dict[str, list[str]],
+        ops_of: dict[str, list[Any]],
+        task_rows: dict[str, Any],
+    ) -> None:
+        self.facts, self.by_task, self.children = facts, by_task, children
+        self.ops_of, self.task_rows = ops_of, task_rows
+        self.checks = 0
+
+    def balance(self, m: Meter) -> None:
+        """``budgets-balance``: no meter holds, posts and owes more than its limit."""
+        self.checks += 1
+        facts, ops = self.facts, self.ops_of.get(m.task_id, [])
         # Undoing an effect is never refused for money (a compensation runs without a hold
         # when even the cleanup reserve is spent), and a child's overrun is money its parent
         # spent: what those posted may stand above the limit; nothing else may.
         cleanup = sum(
             facts.usage_of.get(op.id, {}).get(m.meter, 0)
-            for op in ops_of.get(m.task_id, [])
+            for op in ops
             if op.compensates_id is not None and op.attempt_id == m.attempt_id
         )
         # A call that reported more than it held crossed the limit after its admission (the
@@ -89,12 +116,12 @@ def check_budgets(
             max(
                 0, facts.usage_of.get(op.id, {}).get(m.meter, 0) - _hold(op.estimate or {}, m.meter)
             )
-            for op in ops_of.get(m.task_id, [])
+            for op in ops
             if op.compensates_id is None and op.attempt_id == m.attempt_id
         )
         overrun = 0
-        for child in children.get(m.task_id, []):
-            mine = [c for c in by_task.get(child, []) if c.meter == m.meter]
+        for child in self.children.get(m.task_id, []):
+            mine = [c for c in self.by_task.get(child, []) if c.meter == m.meter]
             overrun += max(0, sum(c.posted + c.unknown - c.limit for c in mine))
         if m.limit + cleanup + overrun + crossed < m.reserved + m.posted + m.unknown:
             raise Violation(
@@ -106,39 +133,40 @@ def check_budgets(
                 + (f" (calls reported {crossed} beyond their holds)" if crossed else ""),
             )
 
-    def final(task_id: str) -> bool:
+    def final(self, task_id: str) -> bool:
         """The child's spending is over: it ended, nothing in it runs, is being undone or waits
         for a person (resolving may spend again), and so it is with its own children."""
-        row = task_rows.get(task_id)
+        row = self.task_rows.get(task_id)
         if row is None or row[0] != "terminal":
             return False
-        if any(op.status in OPEN for op in ops_of.get(task_id, [])):
+        if any(op.status in OPEN for op in self.ops_of.get(task_id, [])):
             return False
-        return all(final(c) for c in children.get(task_id, []))
+        return all(self.final(c) for c in self.children.get(task_id, []))
 
-    reported = facts.reported
-    for task_id in judged:
+    def posted_as_reported(self, task_id: str) -> None:
+        """``usage-posted-as-reported`` and ``holds-released-at-rest`` for one task."""
+        facts = self.facts
         limits = facts.budgets.get(task_id) or {}
-        if not limits or task_id not in by_task:
-            continue
-        checks += 1
+        if not limits or task_id not in self.by_task:
+            return
+        self.checks += 1
         posted: dict[str, int] = defaultdict(int)
         reserved = 0
-        for m in by_task[task_id]:
+        for m in self.by_task[task_id]:
             posted[m.meter] += m.posted
             reserved += m.reserved
         drawn: dict[str, int] = defaultdict(int)
-        for child in children.get(task_id, []):
-            if final(child):  # else its allocation is still a hold in this ledger
-                for m in by_task.get(child, []):
+        for child in self.children.get(task_id, []):
+            if self.final(child):  # else its allocation is still a hold in this ledger
+                for m in self.by_task.get(child, []):
                     drawn[m.meter] += m.posted
         slack: dict[str, int] = defaultdict(int)
-        for op in ops_of.get(task_id, []):
+        for op in self.ops_of.get(task_id, []):
             if facts.resolved.get(op.id):
                 for name in limits:
                     slack[name] += facts.claims.get(op.id, 0) * _hold(op.estimate or {}, name)
         for name in sorted(limits):
-            low = reported.get(task_id, {}).get(name, 0) + drawn[name]
+            low = facts.reported.get(task_id, {}).get(name, 0) + drawn[name]
             if not low <= posted[name] <= low + slack[name]:
                 raise Violation(
                     "usage-posted-as-reported",
@@ -147,21 +175,21 @@ def check_budgets(
                     f"posted {drawn[name]}"
                     + (f" (a person may have posted up to {slack[name]})" if slack[name] else ""),
                 )
-        live_children = [c for c in children.get(task_id, []) if not final(c)]
-        settled = all(op.status in SETTLED for op in ops_of.get(task_id, []))
+        live_children = [c for c in self.children.get(task_id, []) if not self.final(c)]
+        settled = all(op.status in SETTLED for op in self.ops_of.get(task_id, []))
         if settled and not live_children and reserved:
             raise Violation(
                 "holds-released-at-rest",
                 f"task {task_id}: every operation settled, yet {reserved} still reserved",
             )
-    for child, parent in facts.parent.items():
-        if child not in judged and parent not in judged:
-            continue
-        for cm in by_task.get(child, []):
-            checks += 1
+
+    def child_in_parent(self, child: str, parent: str) -> None:
+        """``children-in-parents``: what a child used is counted in its parent's meter."""
+        for cm in self.by_task.get(child, []):
+            self.checks += 1
             totals = [
                 m.reserved + m.posted + m.unknown
-                for m in by_task.get(parent, [])
+                for m in self.by_task.get(parent, [])
                 if m.meter == cm.meter
             ]
             used = cm.posted + cm.unknown
@@ -170,4 +198,3 @@ def check_budgets(
                     "children-in-parents",
                     f"child {child} used {used} {cm.meter}, parent counts {max(totals)}",
                 )
-    return checks

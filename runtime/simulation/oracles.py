@@ -9,106 +9,30 @@ what the run holds); and once over everything at the end of a run (``full``)."""
 
 from __future__ import annotations
 
-import itertools
-import json
 from collections import defaultdict
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef
+from django.db.models import Exists, F, OuterRef
 
 from runtime.models import (
     Approval,
     Artifact,
     CheckResult,
-    Event,
     Invocation,
     Operation,
     OutboxMessage,
     RequiredCheck,
-    Resolution,
     Signal,
     Task,
 )
-from runtime.sandbox.models import Charge, Notification, Reservation
-from runtime.simulation.edges import EdgeLog
-from runtime.simulation.facts import APPROVAL_ABOVE_CENTS, UNDONE_BY, Facts, contract
+from runtime.simulation.effects import RECORDED, Effects, Op
+from runtime.simulation.facts import UNDONE_BY
+from runtime.simulation.journal import _data
 from runtime.simulation.ledger import MOVING, check_budgets, meters_of
 from runtime.simulation.schedule import Violation
 
-# Endings that assert what became of the work; a machine may not write them over an effect
-# (or a possible one): those go to a person.
-ENDINGS = ("failed", "cancelled", "expired")
-# Tools whose receiver keeps a row under the call's key for each effect.
-RECORDED = ("demo.payments.charge", "demo.payments.refund", "demo.inventory.reserve", "demo.notify")
 
-
-def person(actor: str) -> bool:
-    return actor.startswith("user:")
-
-
-class Op(NamedTuple):
-    id: str
-    task_id: str
-    status: str
-    kind: str
-    tool: str
-    executor: str
-    lease_expires_at: datetime | None
-    status_reason: str
-    idempotency_key: str
-    compensates_id: str | None
-    attempt_id: str
-    result: Any
-    estimate: Any
-    step: str
-    signal: str
-    called: bool  # a call of it was dispatched (an invocation is recorded)
-    announced: bool  # its dispatch is announced (an outbox row)
-
-
-def _newest() -> dict[str, int]:
-    """The receivers' newest row ids, in one round trip."""
-    tables = {
-        "charge": Charge._meta.db_table,
-        "reservation": Reservation._meta.db_table,
-        "notification": Notification._meta.db_table,
-    }
-    sql = "SELECT " + ", ".join(f"(SELECT MAX(id) FROM {t})" for t in tables.values())  # noqa: S608
-    with connection.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return {name: int(value or 0) for name, value in zip(tables, row, strict=True)}
-
-
-def _data(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        value = json.loads(value)
-    return value if isinstance(value, dict) else {}
-
-
-class Oracles:
-    def __init__(
-        self, facts: Facts, tasks: list[str], valid: dict[str, bool], timer_due: dict[str, Any]
-    ) -> None:
-        self.facts = facts
-        self.tasks = tasks  # the world's list (it grows)
-        self.valid = valid
-        self.timer_due = timer_due
-        self.checks = 0
-        self.edges = EdgeLog()
-        self._event_mark = 0
-        self._effect_marks = {"charge": 0, "reservation": 0, "notification": 0}
-        self._seq: dict[str, int] = {}
-        self._at: dict[str, datetime] = {}
-        self._first: dict[str, tuple[str, str | None]] = {}
-        self._ended_by: dict[str, tuple[str, str]] = {}  # op -> (status it was moved to, by whom)
-        self._fired: dict[str, int] = defaultdict(int)
-        self._effect_keys: set[str] = set()
-
-    # --- after each step ----------------------------------------------------------------------
-
+class Oracles(Effects):
     def after_step(self) -> None:
         touched, ended, succeeded = self._journal()
         effected = self._effects()
@@ -127,173 +51,6 @@ class Oracles:
         ops = set(Operation.objects.values_list("pk", flat=True))
         done = set(Task.objects.filter(outcome="succeeded").values_list("pk", flat=True))
         self._judge(set(self.tasks), ops, done)
-
-    # --- the journal: gapless, ordered, and what it says moved --------------------------------
-
-    def _journal(self) -> tuple[set[str], set[str], set[str]]:
-        rows = list(
-            Event.objects.filter(id__gt=self._event_mark)
-            .order_by("id")
-            .values_list("id", "task_id", "seq", "type", "at", "operation_id", "actor", "data")
-        )
-        touched: set[str] = set()
-        ended: set[str] = set()
-        succeeded: set[str] = set()
-        if not rows:
-            return touched, ended, succeeded
-        self._event_mark = rows[-1][0]
-        by_task: dict[str, list[Any]] = defaultdict(list)
-        for row in rows:
-            by_task[row[1]].append(row)
-        for task_id, events in by_task.items():
-            touched.add(task_id)
-            self.checks += 1
-            for _, _, seq, type, at, op_id, actor, raw in sorted(events, key=lambda r: r[2]):
-                last = self._seq.get(task_id, 0)
-                if seq != last + 1:
-                    raise Violation("journal-gapless", f"task {task_id}: event {seq} after {last}")
-                if task_id in self._at and at < self._at[task_id]:
-                    raise Violation(
-                        "journal-ordered",
-                        f"task {task_id}: event {seq} at {at} after {self._at[task_id]}",
-                    )
-                self._seq[task_id], self._at[task_id] = seq, at
-                data = _data(raw)
-                self.edges.feed(task_id, type, op_id, data)
-                target = data.get("to")
-                if op_id is not None and target is not None and data.get("from") is not None:
-                    self._ended_by[op_id] = (str(target), actor)
-                    if target in ENDINGS or target == "succeeded":
-                        ended.add(op_id)
-                if type == "timer.fired" and op_id is not None:
-                    self._fired[op_id] += 1
-                    due = self.timer_due.get(op_id)
-                    if self._fired[op_id] > 1 or (due is not None and at < due):
-                        raise Violation(
-                            "timer-on-time",
-                            f"timer {op_id} fired {self._fired[op_id]} time(s), at {at}, due {due}",
-                        )
-                if type == "task.succeeded":
-                    succeeded.add(task_id)
-        return touched, ended, succeeded
-
-    def _journal_whole(self) -> None:
-        self.checks += 1
-        seqs = Event.objects.values("task_id").annotate(n=Count("id"), lo=Min("seq"), hi=Max("seq"))
-        heads = dict(Task.objects.values_list("pk", "event_seq"))
-        for row in seqs:
-            if row["lo"] != 1 or row["hi"] != row["n"] or heads.get(row["task_id"]) != row["hi"]:
-                raise Violation(
-                    "journal-gapless",
-                    f"task {row['task_id']}: {row['n']} events, seq {row['lo']}.."
-                    f"{row['hi']}, cursor {heads.get(row['task_id'])}",
-                )
-        ats = list(Event.objects.order_by("task_id", "seq").values_list("task_id", "at"))
-        for (t1, a1), (t2, a2) in itertools.pairwise(ats):
-            if t1 == t2 and a2 < a1:
-                raise Violation("journal-ordered", f"task {t1}: an event at {a2} after {a1}")
-
-    # --- the receivers' records ---------------------------------------------------------------
-
-    def _effects(self) -> set[str]:
-        """New effects the receivers recorded: at most one per key within each receiver's
-        contract; a charge above the threshold only with a person's approval of exactly it.
-        Returns the operations they belong to."""
-        marks = self._effect_marks
-        newest = _newest()
-        if all(newest[name] <= marks[name] for name in marks):
-            return set()
-        charges = list(
-            Charge.objects.filter(pk__gt=marks["charge"])
-            .order_by("pk")
-            .values_list("pk", "key", "kind", "account", "amount_cents", "refunds")
-        )
-        reservations = list(
-            Reservation.objects.filter(pk__gt=marks["reservation"])
-            .order_by("pk")
-            .values_list("pk", "key")
-        )
-        notes = list(
-            Notification.objects.filter(pk__gt=marks["notification"])
-            .order_by("pk")
-            .values_list("pk", "key")
-        )
-        if not (charges or reservations or notes):
-            return set()
-        if charges:
-            marks["charge"] = charges[-1][0]
-        if reservations:
-            marks["reservation"] = reservations[-1][0]
-        if notes:
-            marks["notification"] = notes[-1][0]
-        keys = {c[1] for c in charges} | {r[1] for r in reservations} | {n[1] for n in notes}
-        self._effect_keys |= keys
-        self.checks += 1
-        for kind in ("charge", "refund"):
-            mine = [c[1] for c in charges if c[2] == kind]
-            rows = (
-                Charge.objects.filter(kind=kind, key__in=mine).values("key").annotate(n=Count("id"))
-            )
-            for row in rows.filter(n__gt=1)[:1]:
-                raise Violation(
-                    "effect-once", f"payments made {row['n']} {kind}s under {row['key']}"
-                )
-        undone = [c[5] for c in charges if c[2] == "refund"]
-        twice = (
-            Charge.objects.filter(kind="refund", refunds__in=undone)
-            .values("refunds")
-            .annotate(n=Count("id"))
-        )
-        for row in twice.filter(n__gt=1)[:1]:
-            raise Violation("effect-once", f"charge {row['refunds']} refunded {row['n']} times")
-        held = (
-            Reservation.objects.filter(key__in=[r[1] for r in reservations])
-            .values("key")
-            .annotate(n=Count("id"))
-        )
-        for row in held.filter(n__gt=1)[:1]:
-            raise Violation(
-                "effect-once", f"inventory reserved {row['n']} times under {row['key']}"
-            )
-        sent = (
-            Notification.objects.filter(key__in=[n[1] for n in notes])
-            .values("key")
-            .annotate(n=Count("id"))
-        )
-        for row in sent.filter(n__gt=1):
-            retried = Resolution.objects.filter(
-                operation__idempotency_key=row["key"], resolution="retry"
-            ).count()
-            if row["n"] > 1 + retried:
-                raise Violation(
-                    "effect-once",
-                    f"notify sent {row['n']} times for {row['key']} "
-                    f"({retried} retries by a person)",
-                )
-        owners = dict(
-            Operation.objects.filter(idempotency_key__in=keys, task_id__in=self.tasks).values_list(
-                "idempotency_key", "pk"
-            )
-        )
-        for _, key, kind, account, amount, _refunds in charges:
-            if kind != "charge" or amount <= APPROVAL_ABOVE_CENTS:
-                continue
-            gate = self.facts.gates.get(owners.get(key, ""))
-            approved = gate is not None and gate.released
-            if (
-                not approved
-                or gate is None
-                or (gate.params.get("account"), gate.params.get("amount_cents"))
-                != (account, amount)
-            ):
-                raise Violation(
-                    "no-release-on-expired-or-denied",
-                    f"{amount} cents charged under {key} without a person's approval of it "
-                    f"(approved: {gate.params if gate else 'nothing'})",
-                )
-        return set(owners.values())
-
-    # --- what the step touched -------------------------------------------------------------------
 
     def _judge(self, touched: set[str], judged_ops: set[str], succeeded: set[str]) -> None:
         facts = self.facts
@@ -336,61 +93,6 @@ class Oracles:
             self._signals(touched, mine)
         self._checks(succeeded & touched)
         self._sagas(touched, task_rows, ops_of)
-
-    def _cursors(self, touched: set[str], task_rows: dict[str, Any]) -> None:
-        for task_id in touched:
-            self.checks += 1
-            row = task_rows.get(task_id)
-            if row is not None and row[2] != self._seq.get(task_id, 0):
-                raise Violation(
-                    "journal-gapless",
-                    f"task {task_id}: cursor {row[2]}, last event {self._seq.get(task_id, 0)}",
-                )
-
-    def _first_endings(self, touched: set[str], task_rows: dict[str, Any]) -> None:
-        for task_id in touched:
-            self.checks += 1
-            condition, outcome = task_rows[task_id][0], task_rows[task_id][1]
-            if condition != "terminal":
-                if task_id in self._first:
-                    raise Violation("first-ending-stands", f"task {task_id} left its ending")
-                continue
-            first = self._first.setdefault(task_id, (condition, outcome))
-            if first != (condition, outcome):
-                raise Violation(
-                    "first-ending-stands", f"task {task_id} ended {first}, now {outcome}"
-                )
-
-    def _endings(self, ops: list[Op]) -> None:
-        """The promise: a possible effect goes to a person. An operation a machine ended
-        failed, expired or cancelled never has an effect at its receiver, nor a claim whose
-        call nobody confirmed (by the simulation's own record of what it reported); and one a
-        machine ended succeeded has its effect at its receiver."""
-        for op in ops:
-            self.checks += 1
-            status, actor = self._ended_by.get(op.id, (op.status, "?"))
-            if status != op.status or person(actor):
-                continue
-            has_effect = op.idempotency_key in self._effect_keys
-            if op.status in ENDINGS and has_effect:
-                raise Violation(
-                    "effect-goes-to-a-person",
-                    f"{op.id} ({op.tool}) ended {op.status} by {actor}, but its receiver holds "
-                    f"an effect under {op.idempotency_key}",
-                )
-            doubt = self.facts.doubt.get(op.id)
-            if op.status in ENDINGS and doubt and contract(op.tool) != "pure":
-                raise Violation(
-                    "possible-effect-goes-to-a-person",
-                    f"{op.id} ({op.tool}) ended {op.status} by {actor}, with the call of "
-                    f"generation(s) {sorted(doubt)} never confirmed",
-                )
-            if op.status == "succeeded" and op.tool in RECORDED and not has_effect:
-                raise Violation(
-                    "effect-once",
-                    f"{op.id} ({op.tool}) succeeded by {actor}, yet its receiver holds nothing "
-                    f"under {op.idempotency_key}",
-                )
 
     def _nothing_lost(self, ops: list[Op], task_rows: dict[str, Any]) -> None:
         """Every operation is terminal, unresolved with evidence, or still owned or on its way:
