@@ -64,8 +64,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.policy",
         "runtime.ratelimits",
         "runtime.signals:signal_send",
-        "runtime.simulation.actions",
-        "runtime.simulation.world",
         "runtime.statemachine:operation_transition_txn",
         "runtime.tasks",
         "runtime.tasks:task_create_txn",

@@ -62,11 +62,11 @@ PLANTS = [
     ("stale-accept", 1, 53),
     ("stop-unlocked", 8, 57),
     ("release-expired", 2, 45),
-    ("confirmed-widened", 6, 125),
+    ("confirmed-widened", 12, 141),
     ("meter-dropped", 3, 60),
     ("settle-keeps-hold", 12, 10),
     ("lookup-skipped", 14, 24),
-    ("child-unbooked", 6, 125),
+    ("child-unbooked", 1, 137),
     ("saga-skips", 14, 41),
 ]
 
