@@ -41,7 +41,7 @@ from runtime.models import Artifact, ArtifactStatus, CheckResult, ContentKey, Op
 from runtime.policy import allowed, can_write_outcomes
 from runtime.rules.statuses import TaskCondition
 from runtime.selectors.artifacts import artifact_get
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 from runtime.text import name_check
 from runtime.transitions.status import task_transition_txn
 

@@ -21,7 +21,7 @@ from runtime.models import Attempt, Operation, Task
 from runtime.policy import can_start_attempt
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import OperationStatus, TaskOutcome
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 from runtime.transitions.status import attempt_end_txn
 
 T = TypeVar("T")

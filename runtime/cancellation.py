@@ -20,8 +20,8 @@ from runtime.models import Operation, Task
 from runtime.policy import can_cancel
 from runtime.reactor import parent_rest, task_rest_txn
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+from runtime.selectors.tasks import task_get
 from runtime.stoprule import stop_covers, stopping
-from runtime.tasks import task_get
 from runtime.transitions.lease import cancel_requested_txn
 from runtime.transitions.settle import operation_stop_txn
 from runtime.transitions.status import task_transition_txn

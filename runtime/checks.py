@@ -39,8 +39,8 @@ from runtime.errors import NotAuthorized, UnknownChecker
 from runtime.events import event_append_txn
 from runtime.models import Artifact, CheckResult, Operation, RequiredCheck, Task
 from runtime.selectors.artifacts import artifacts_current
+from runtime.selectors.tasks import task_get
 from runtime.specs import OperationSpec
-from runtime.tasks import task_get
 from runtime.transitions.propose import operation_propose
 
 # Re-exported: callers and tests register and declare checkers through this module too.

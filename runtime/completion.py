@@ -23,7 +23,7 @@ from runtime.events import event_append_txn
 from runtime.models import Operation, Task
 from runtime.reactor import child_ended_txn
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 from runtime.transitions.status import task_transition_txn
 
 S = OperationStatus

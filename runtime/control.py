@@ -30,7 +30,7 @@ from runtime.models import Operation, OutboxMessage, Task, TaskCommand
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_control_task
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 from runtime.transitions.status import task_transition_txn
 
 S = OperationStatus

@@ -24,8 +24,8 @@ from runtime.events import event_append_txn
 from runtime.models import Operation, Signal
 from runtime.policy import can_signal
 from runtime.rules.statuses import OperationStatus
+from runtime.selectors.tasks import task_get
 from runtime.stoprule import stopping
-from runtime.tasks import task_get
 from runtime.transitions.propose_wait import wait_satisfy_txn
 
 S = OperationStatus

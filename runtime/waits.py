@@ -25,9 +25,7 @@ from runtime.errors import (
 from runtime.models import Approval, Operation, Task
 from runtime.policy import can_manage_waits, task_scope
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
-from runtime.tasks import (
-    task_renewal_txn,
-)
+from runtime.tasks import task_renewal_txn
 from runtime.transitions.propose_wait import MAX_WAIT_SECONDS, consume_buffered_txn
 from runtime.transitions.settle import operation_settle_txn
 from runtime.transitions.status import operation_transition_txn

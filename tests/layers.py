@@ -65,8 +65,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.ratelimits",
         "runtime.signals:signal_send",
         "runtime.statemachine:operation_transition_txn",
-        "runtime.tasks",
-        "runtime.tasks:task_create_txn",
         "runtime.tool_declarations:tool_edit",
         "runtime.waits",
         "runtime.waits:_propose",

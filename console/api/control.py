@@ -15,9 +15,10 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.serializers import AttemptIn, Int, Text, attempt_out, budget_out, parse
 from console.api.views import ApiView, operation_body, task_body
-from runtime import attempts, cancellation, policy, resolutions, tasks
+from runtime import attempts, cancellation, policy, resolutions
 from runtime.errors import NotFound
 from runtime.sandbox.receivers import RECEIVERS, effects_under
+from runtime.selectors import tasks
 
 
 class ReasonIn(serializers.Serializer):

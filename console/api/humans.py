@@ -24,8 +24,8 @@ from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
 from runtime.selectors.approvals import approval_get, approval_list
+from runtime.selectors.tasks import task_get
 from runtime.selectors.waits import expired_waits
-from runtime.tasks import task_get
 from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
 
 

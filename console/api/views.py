@@ -27,7 +27,7 @@ from console.api.auth import actor_of
 from console.api.idempotency import idempotent
 from console.api.parsers import PARSER_CLASSES, text_problem
 from runtime import events as journal
-from runtime import policy, task_keys, tasks
+from runtime import policy, task_keys
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
@@ -40,7 +40,9 @@ from runtime.selectors.operations import (
     operation_get_for_agent,
     operation_list,
 )
+from runtime.selectors.tasks import task_get, task_list, tasks_pending_operation_ids
 from runtime.specs import OperationSpec
+from runtime.tasks import MAX_EXTERNAL_ID, TaskSpec
 from runtime.transitions.accept import agent_report
 from runtime.transitions.accept_decision import Report
 from runtime.transitions.claim import agent_claim
@@ -53,7 +55,7 @@ def task_body(task: Task) -> dict[str, Any]:
 
 
 def task_bodies(page: list[Task]) -> list[dict[str, Any]]:
-    pending = tasks.tasks_pending_operation_ids([t.pk for t in page])
+    pending = tasks_pending_operation_ids([t.pk for t in page])
     return [s.task_out(t, pending[t.pk]) for t in page]
 
 
@@ -141,13 +143,13 @@ class TaskCollection(ApiView):
     def get(self, request: Request) -> Response:
         cursor = _param(request, "cursor")
         limit = _limit(request)
-        rows = tasks.task_list(
+        rows = task_list(
             actor_of(request),
             condition=_param(request, "condition"),
             outcome=_param(request, "outcome"),
             search=_param(request, "q"),
             schedule=_param(request, "schedule", max_length=64),
-            external_id=_param(request, "external_id", max_length=tasks.MAX_EXTERNAL_ID),
+            external_id=_param(request, "external_id", max_length=MAX_EXTERNAL_ID),
             before=s.cursor_decode(cursor) if cursor else None,
             limit=limit + 1,
         )
@@ -170,7 +172,7 @@ class TaskCollection(ApiView):
         data = s.parse(s.TaskIn, request.data)
         task, created = task_keys.task_get_or_create(
             actor_of(request),
-            tasks.TaskSpec(
+            TaskSpec(
                 name=data["name"],
                 input=data.get("input") or {},
                 deadline_seconds=data.get("deadline_seconds"),
@@ -189,7 +191,7 @@ class TaskDetail(ApiView):
         operation_id="v1_tasks_retrieve", responses=doc.responses({200: doc.TaskSerializer})
     )
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(task_body(tasks.task_get(actor_of(request), task_id)))
+        return Response(task_body(task_get(actor_of(request), task_id)))
 
 
 class TaskOperations(ApiView):
@@ -200,7 +202,7 @@ class TaskOperations(ApiView):
     )
     def get(self, request: Request, task_id: str) -> Response:
         actor = actor_of(request)
-        tasks.task_get(actor, task_id)
+        task_get(actor, task_id)
         ops = operation_list(actor, task_id=task_id, limit=_limit(request, 100, 500))
         return Response({"results": operation_bodies(ops)})
 
@@ -380,7 +382,7 @@ class TaskEvents(ApiView):
     )
     def get(self, request: Request, task_id: str) -> Any:
         actor = actor_of(request)
-        task = tasks.task_get(actor, task_id)
+        task = task_get(actor, task_id)
         accept = request.headers.get("Accept", "")
         raw_after = request.headers.get("Last-Event-ID") or request.query_params.get("after")
         after = _cursor_int(raw_after)

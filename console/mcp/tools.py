@@ -53,9 +53,10 @@ from runtime.notifications.dispatch import approval_link
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.approvals import approval_current, approval_list
 from runtime.selectors.operations import operation_get
+from runtime.selectors.tasks import task_get
 from runtime.specs import OperationSpec
 from runtime.task_keys import task_get_or_create
-from runtime.tasks import TaskSpec, task_get
+from runtime.tasks import TaskSpec
 from runtime.tools.base import adapters, tool_catalogue
 from runtime.transitions.propose import operation_propose
 

@@ -30,7 +30,7 @@ from runtime import events as journal
 from runtime import policy
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,14 @@ from console.web.decorators import console_view
 from console.web.formats import elapsed
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
-from runtime import attempts, cancellation, policy, tasks
+from runtime import attempts, cancellation, policy
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.rules.statuses import TaskCondition, TaskOutcome
-from runtime.selectors import budgets
+from runtime.selectors import budgets, tasks
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.selectors.notifications import task_watching
 from runtime.selectors.operations import operation_list

@@ -15,7 +15,7 @@ from runtime.errors import InvalidInput
 from runtime.models import NotificationPreference, TaskWatch
 from runtime.policy import can_watch_task
 from runtime.selectors.notifications import person_of
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 
 
 def _zone(name: str) -> ZoneInfo:

@@ -12,7 +12,7 @@ from runtime.actors import Actor
 from runtime.errors import NotFound
 from runtime.models import Artifact, ArtifactStatus, CheckResult
 from runtime.policy import task_scope
-from runtime.tasks import task_get
+from runtime.selectors.tasks import task_get
 
 A = ArtifactStatus
 

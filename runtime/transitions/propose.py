@@ -42,14 +42,10 @@ from runtime.policy import can_propose
 from runtime.rules.admission import admission_refused, task_admission_check
 from runtime.rules.general_writer import PROPOSE, FastFacts, general_writer_needed
 from runtime.rules.statuses import OperationStatus
+from runtime.selectors.tasks import task_for_proposal
 from runtime.specs import OperationSpec
 from runtime.sqlfiles import queries
-from runtime.tasks import (
-    given_key_validate,
-    operation_by_legacy_key,
-    operation_key,
-    task_for_proposal,
-)
+from runtime.tasks import given_key_validate, operation_by_legacy_key, operation_key
 from runtime.text import name_check
 from runtime.tools import ToolAdapter, adapter_for
 from runtime.transitions.fast import SLOTS, deltas_params, hint_after_commit, publish_after_commit

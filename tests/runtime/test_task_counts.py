@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
 from runtime.models import Task
-from runtime.tasks import task_counts
+from runtime.selectors.tasks import task_counts
 from runtime.transitions.accept import operation_report
 from runtime.transitions.accept_decision import Report
 from runtime.transitions.claim import operation_claim
