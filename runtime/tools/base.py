@@ -232,8 +232,9 @@ def _missed(name: str) -> ToolAdapter | None:
     wait's) is never a declared one: no statement for those."""
     if not name or name in _REGISTRY or _declared is None:
         return None
-    if not declared_refresh():
-        return None
+    # Looked up again whatever the read found: a thread that waited for another's read (which
+    # found the tool) finds nothing new itself, and the tool is there all the same.
+    declared_refresh()
     return dict.get(adapters(), name)
 
 

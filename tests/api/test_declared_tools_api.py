@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from runtime.models import AuditRecord, DeclaredTool, DeclaredToolVersion, Operation
 from runtime.tools import adapter_at, adapters
-from runtime.tools.base import declared_refresh
+from runtime.tools.base import declared_refresh, declared_source_set
 from runtime.tools.declared import declarations_forget, secret_open
 from tests import factories
 from tests.api.support import assert_error, post_json
@@ -334,6 +334,32 @@ def test_a_declaration_written_by_another_process_is_seen_without_a_restart():
     response = _propose(owner, task, "acme.later", {}, executor="agent")
     assert response.status_code == 201, response.content
     assert "acme.later" in _catalogue(owner)
+
+
+def test_a_name_another_thread_read_first_is_found():
+    """Two requests miss the same new tool at once: one reads the declarations (and finds it)
+    while the other waits for the read; the other's own read then finds nothing new, and it
+    must still find the tool (it answered unknown_tool: make bench's HTTP part caught it)."""
+    adapter = adapters()["check.json_schema"]
+
+    class OneReadBehind:
+        def __init__(self) -> None:
+            self.tools: dict[str, Any] = {}
+
+        def current(self) -> dict[str, Any]:
+            return self.tools
+
+        def refresh(self) -> bool:
+            # The other thread's read, just done: the tool is in and the catalogue rebuilt.
+            self.tools = {"acme.raced": adapter}
+            declared_source_set(self)
+            return False  # nothing new for this thread's own read
+
+    try:
+        declared_source_set(OneReadBehind())
+        assert adapters().get("acme.raced") is adapter
+    finally:
+        declarations_forget()
 
 
 def test_an_agent_run_declared_tool_is_proposed_claimed_and_completed_by_its_agent():
