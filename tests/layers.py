@@ -51,23 +51,10 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.approvals:approval_decide",
         "runtime.approvals:approval_edit",
         "runtime.completion:task_complete",
-        "runtime.hotpath",
-        "runtime.hotpath:accept_batch_txn",
-        "runtime.hotpath:propose_txn",
-        "runtime.leases",
-        "runtime.leases:_claim_txn",
-        "runtime.operations",
-        "runtime.operations:_propose",
-        "runtime.operations:operation_report",
-        "runtime.operations:operations_report_batch",
-        "runtime.operations:report_decision",
         "runtime.policy",
         "runtime.ratelimits",
         "runtime.signals:signal_send",
-        "runtime.statemachine:operation_transition_txn",
         "runtime.tool_declarations:tool_edit",
-        "runtime.waits",
-        "runtime.waits:_propose",
     }
 )
 
