@@ -7,54 +7,59 @@ the decision's parameter hash is the current proposal's, the approver holds the 
 neither the requester nor the editor, and the task admits work. Only then does the operation
 become runnable, with its outbox row, in the same transaction. A concurrent decision, expiry or
 cancellation serialises on the operation row and finds the result of the first.
+
+Here: the decision (one or in bulk) and the edit; renewal, transformation and expiry are in
+runtime.approval_expiry, the reads in runtime.selectors.approvals.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runtime.actors import SWEEPER, Actor
-from runtime.admission import queue_admit_txn
-from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
+from runtime.actors import Actor
 from runtime.approval_seal import approval_seal
 from runtime.crashpoints import crash_point
 from runtime.errors import (
     ApprovalDecided,
     ApprovalExpired,
     ApprovalStale,
-    Conflict,
     DomainError,
     InvalidInput,
     TransitionRejected,
-    WaitNotExpired,
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.models import Approval, Operation, Task
 from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
-from runtime.policy import can_decide_approval, can_edit_approval, can_manage_waits
+from runtime.policy import can_decide_approval, can_edit_approval
 from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.selectors.approvals import approval_get
-from runtime.tasks import task_renewal_txn, within_task_deadline
+from runtime.tasks import within_task_deadline
 from runtime.tools import adapter_for
 from runtime.transitions.settle import operation_settle_txn
 from runtime.transitions.status import approval_transition_txn, operation_transition_txn
 
 A = ApprovalStatus
+
+
 S = OperationStatus
+
+
 DECISIONS = ("approve", "deny")
+
+
 MAX_BULK = 100
 
 
-def _locked(approval_id: str, operation_id: str) -> tuple[Operation, Approval]:
+def approval_locked_txn(approval_id: str, operation_id: str) -> tuple[Operation, Approval]:
     """Operation row first, then the approval (then, where needed, the task)."""
     op = Operation.objects.select_for_update().get(pk=operation_id)
     approval = Approval.objects.select_for_update().get(pk=approval_id)
@@ -95,7 +100,7 @@ def approval_decide(
             field="params_hash",
         )
     with transaction.atomic():
-        op, approval = _locked(approval_id, seen.operation_id)
+        op, approval = approval_locked_txn(approval_id, seen.operation_id)
         crash_point("approval.gate_locked")
         # The moment of the gate: after the locks, so a request that began before the expiry
         # cannot carry an earlier clock past it.
@@ -115,66 +120,94 @@ def approval_decide(
             "reason": reason,
         }
         if decision == "approve":
-            task = Task.objects.select_for_update().get(pk=op.task_id)
-            task_admission_check(
-                condition=task.condition,
-                cancellation=task.cancellation,
-                paused=task.paused,
-                deadline=task.deadline,
-                now=now,
-            )
-            if (
-                params_hash != approval.params_hash
-                or approval.params_hash != op.params_hash
-                or op.status != S.WAITING_APPROVAL
-            ):
-                raise ApprovalStale("the decision is for another proposal than the current one")
-            # Sealed over what was decided and the parameters as stored; checked at release.
-            decided["seal"] = approval_seal(
-                approval, approver=actor.key, operation_params=op.params
-            )
-            approval_transition_txn(
-                approval,
-                A.APPROVED,
-                now=now,
-                fields=decided,
-                extra_guard={"expires_at__gt": now, "params_hash": params_hash},
-            )
-            operation_transition_txn(
-                op,
-                S.PENDING,
-                now=now,
-                actor=actor.label,
-                fields={"status_reason": ""},
-                event_type="approval.approved",
-                data=data,
-            )
-            if op.executor == Operation.EXECUTOR_WORKER:
-                outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+            _approve_txn(actor, op, approval, params_hash, decided=decided, data=data, now=now)
         else:
-            if params_hash and params_hash != approval.params_hash:
-                raise ApprovalStale("the decision is for another proposal than the current one")
-            approval_transition_txn(approval, A.DENIED, now=now, fields=decided)
-            if op.status == S.WAITING_APPROVAL:
-                operation_settle_txn(
-                    op,
-                    S.FAILED,
-                    now=now,
-                    reason=f"approval denied: {reason}",
-                    actor=actor.label,
-                    fields={"error": {"kind": "denied", "message": reason}},
-                )
-            event_append_txn(
-                task_id=op.task_id,
-                type="approval.denied",
-                state_version=op.state_version,
-                now=now,
-                operation_id=op.pk,
-                actor=actor.label,
-                data=data,
-            )
+            _deny_txn(actor, op, approval, params_hash, decided=decided, data=data, now=now)
         crash_point("approval.before_commit")
     return approval
+
+
+def _approve_txn(
+    actor: Actor,
+    op: Operation,
+    approval: Approval,
+    params_hash: str,
+    *,
+    decided: dict[str, Any],
+    data: dict[str, Any],
+    now: datetime,
+) -> None:
+    """The gate's approval: the task still admits work and the decision is for the current
+    proposal; the approval is sealed and the operation becomes runnable (with its outbox row)."""
+    task = Task.objects.select_for_update().get(pk=op.task_id)
+    task_admission_check(
+        condition=task.condition,
+        cancellation=task.cancellation,
+        paused=task.paused,
+        deadline=task.deadline,
+        now=now,
+    )
+    if (
+        params_hash != approval.params_hash
+        or approval.params_hash != op.params_hash
+        or op.status != S.WAITING_APPROVAL
+    ):
+        raise ApprovalStale("the decision is for another proposal than the current one")
+    # Sealed over what was decided and the parameters as stored; checked at release.
+    decided["seal"] = approval_seal(approval, approver=actor.key, operation_params=op.params)
+    approval_transition_txn(
+        approval,
+        A.APPROVED,
+        now=now,
+        fields=decided,
+        extra_guard={"expires_at__gt": now, "params_hash": params_hash},
+    )
+    operation_transition_txn(
+        op,
+        S.PENDING,
+        now=now,
+        actor=actor.label,
+        fields={"status_reason": ""},
+        event_type="approval.approved",
+        data=data,
+    )
+    if op.executor == Operation.EXECUTOR_WORKER:
+        outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
+
+
+def _deny_txn(
+    actor: Actor,
+    op: Operation,
+    approval: Approval,
+    params_hash: str,
+    *,
+    decided: dict[str, Any],
+    data: dict[str, Any],
+    now: datetime,
+) -> None:
+    """The gate's denial: the operation still waiting on it fails, and the journal says why."""
+    if params_hash and params_hash != approval.params_hash:
+        raise ApprovalStale("the decision is for another proposal than the current one")
+    approval_transition_txn(approval, A.DENIED, now=now, fields=decided)
+    reason = data["reason"]
+    if op.status == S.WAITING_APPROVAL:
+        operation_settle_txn(
+            op,
+            S.FAILED,
+            now=now,
+            reason=f"approval denied: {reason}",
+            actor=actor.label,
+            fields={"error": {"kind": "denied", "message": reason}},
+        )
+    event_append_txn(
+        task_id=op.task_id,
+        type="approval.denied",
+        state_version=op.state_version,
+        now=now,
+        operation_id=op.pk,
+        actor=actor.label,
+        data=data,
+    )
 
 
 @dataclass(frozen=True)
@@ -223,196 +256,113 @@ def approval_edit(
     as edited by ``actor`` (who may not approve it). Preconditions: ``params`` is a JSON object."""
     seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
     can_edit_approval(actor)
-    adapter = adapter_for(seen.tool)
-    if adapter.declared:
-        # Held to the schema of the version the operation was recorded under (and runs).
-        recorded = Operation.objects.filter(pk=seen.operation_id).values_list(
-            "tool_version", flat=True
-        )
-        adapter = adapter.at_version(recorded.first() or "")
-    adapter.validate(params)
+    _edited_params_check(seen, params)
     digest = params_hash(params)
     reason = (reason or "").strip()
     with transaction.atomic():
-        op, old = _locked(approval_id, seen.operation_id)
+        op, old = approval_locked_txn(approval_id, seen.operation_id)
         now = timezone.now()
         _pending_or_refuse(old, now)
         if op.status != S.WAITING_APPROVAL or op.params_hash != old.params_hash:
             raise ApprovalStale("the operation moved on from this proposal")
         if digest == old.params_hash:
             raise InvalidInput("the edit does not change the parameters")
-        validity = old.expires_at - old.created_at
-        approval_transition_txn(
-            old,
-            A.DENIED,
-            now=now,
-            fields={
-                "decided_by": actor.label,
-                "decider_key": actor.key,
-                "decided_at": now,
-                "reason": "superseded",
-            },
-        )
-        touched = Operation.objects.filter(
-            pk=op.pk, status=S.WAITING_APPROVAL, state_version=op.state_version
-        ).update(
-            params=params, params_hash=digest, state_version=F("state_version") + 1, updated_at=now
-        )
-        if touched != 1:
-            raise TransitionRejected("the operation changed while it was being edited")
-        op.state_version += 1
-        new = Approval.objects.create(
-            operation=op,
-            task_id=op.task_id,
-            status=A.PENDING,
-            proposal_version=old.proposal_version + 1,
-            params=params,
-            params_hash=digest,
-            tool=old.tool,
-            scope=old.scope,
-            approver_role=old.approver_role,
-            requested_by=old.requested_by,
-            requester_key=old.requester_key,
-            requested_for_key=old.requested_for_key,
-            requester_minted_by=old.requester_minted_by,
-            edited_by=actor.label,
-            editor_key=actor.key,
-            previous=old,
-            reason=reason[:2000],
-            expires_at=within_task_deadline(now + validity, op.task.deadline),
-            created_at=now,
-        )
-        event_append_txn(
-            task_id=op.task_id,
-            type="approval.edited",
-            state_version=op.state_version,
-            now=now,
-            operation_id=op.pk,
-            actor=actor.label,
-            data={
-                "approval": new.pk,
-                "supersedes": old.pk,
-                "proposal_version": new.proposal_version,
-                "params_hash": digest,
-                "reason": reason,
-            },
-        )
+        _superseded_txn(actor, op, old, params, digest, now=now)
+        new = _successor_txn(actor, op, old, params, digest, reason=reason, now=now)
         approval_noticed_txn(new, actor=actor.label, now=now)
     return new
 
 
-def approval_renew(
-    actor: Actor, approval_id: str, *, expires_in_seconds: int, reason: str
-) -> Approval:
-    """An admin gives an expired approval a new validity period; the operation waits for a
-    decision again. Audited in the journal with the admin and the reason."""
-    seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
-    can_manage_waits(actor)
-    if not 1 <= expires_in_seconds <= MAX_APPROVAL_TIMEOUT_SECONDS:
-        raise InvalidInput(
-            f"expires_in_seconds must be between 1 and {MAX_APPROVAL_TIMEOUT_SECONDS}"
+def _edited_params_check(seen: Approval, params: dict[str, Any]) -> None:
+    """The edited parameters, held to the schema of the tool version the operation was
+    recorded under (and runs)."""
+    adapter = adapter_for(seen.tool)
+    if adapter.declared:
+        recorded = Operation.objects.filter(pk=seen.operation_id).values_list(
+            "tool_version", flat=True
         )
-    with transaction.atomic():
-        # Limits: the renewed work waits again, so it is admitted again against its class's
-        # queue capacity (429 queue_full when full); the slot row comes before the operation's.
-        queue_admit_txn(seen.tool)
-        op, approval = _locked(approval_id, seen.operation_id)
-        now = timezone.now()
-        if approval.status != A.EXPIRED or op.status != S.EXPIRED:
-            raise WaitNotExpired(f"the approval is {approval.status}, not expired")
-        expires = task_renewal_txn(op.task_id, now + timedelta(seconds=expires_in_seconds), now)
-        approval_transition_txn(approval, A.PENDING, now=now, fields={"expires_at": expires})
-        operation_transition_txn(
-            op,
-            S.WAITING_APPROVAL,
-            now=now,
-            actor=actor.label,
-            fields={"status_reason": ""},
-            event_type="approval.renewed",
-            data={"approval": approval.pk, "expires_at": expires.isoformat(), "reason": reason},
-        )
-        approval_noticed_txn(approval, actor=actor.label, now=now)
-    return approval
+        adapter = adapter.at_version(recorded.first() or "")
+    adapter.validate(params)
 
 
-def approval_transform_txn(
-    op: Operation, approval: Approval, *, actor: Actor, reason: str, now: datetime
+def _superseded_txn(
+    actor: Actor,
+    op: Operation,
+    old: Approval,
+    params: dict[str, Any],
+    digest: str,
+    *,
+    now: datetime,
 ) -> None:
-    """An expired approval becomes a denial and its operation is cancelled. Preconditions:
-    inside a transaction holding the operation's and the approval's rows."""
-    if approval.status != A.EXPIRED or op.status != S.EXPIRED:
-        raise WaitNotExpired(f"the approval is {approval.status}, not expired")
+    """The old approval denied as ``superseded``; the operation takes the new parameters."""
     approval_transition_txn(
-        approval,
+        old,
         A.DENIED,
         now=now,
         fields={
             "decided_by": actor.label,
             "decider_key": actor.key,
             "decided_at": now,
-            "reason": reason or "transformed after expiry",
+            "reason": "superseded",
         },
     )
-    operation_settle_txn(
-        op, S.CANCELLED, now=now, reason=reason or "expired approval transformed", actor=actor.label
+    touched = Operation.objects.filter(
+        pk=op.pk, status=S.WAITING_APPROVAL, state_version=op.state_version
+    ).update(
+        params=params, params_hash=digest, state_version=F("state_version") + 1, updated_at=now
     )
+    if touched != 1:
+        raise TransitionRejected("the operation changed while it was being edited")
+    op.state_version += 1
 
 
-def approval_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
-    """Expire pending approvals past their validity (the operation goes ``expired`` and stays
-    visible for an admin; nothing retries it), and close pending approvals whose operation left
-    ``waiting_approval`` some other way (cancelled with its task)."""
-    now = now or timezone.now()
-    due = list(
-        Approval.objects.filter(status=A.PENDING, expires_at__lte=now)
-        .order_by("expires_at")
-        .values_list("pk", "operation_id")[:batch]
+def _successor_txn(
+    actor: Actor,
+    op: Operation,
+    old: Approval,
+    params: dict[str, Any],
+    digest: str,
+    *,
+    reason: str,
+    now: datetime,
+) -> Approval:
+    """The new pending approval of the edited proposal (the old one's validity, from now),
+    journaled as ``approval.edited``."""
+    validity = old.expires_at - old.created_at
+    new = Approval.objects.create(
+        operation=op,
+        task_id=op.task_id,
+        status=A.PENDING,
+        proposal_version=old.proposal_version + 1,
+        params=params,
+        params_hash=digest,
+        tool=old.tool,
+        scope=old.scope,
+        approver_role=old.approver_role,
+        requested_by=old.requested_by,
+        requester_key=old.requester_key,
+        requested_for_key=old.requested_for_key,
+        requester_minted_by=old.requester_minted_by,
+        edited_by=actor.label,
+        editor_key=actor.key,
+        previous=old,
+        reason=reason[:2000],
+        expires_at=within_task_deadline(now + validity, op.task.deadline),
+        created_at=now,
     )
-    orphaned = list(
-        Approval.objects.filter(status=A.PENDING)
-        .exclude(operation__status=S.WAITING_APPROVAL)
-        .values_list("pk", "operation_id")[:batch]
+    event_append_txn(
+        task_id=op.task_id,
+        type="approval.edited",
+        state_version=op.state_version,
+        now=now,
+        operation_id=op.pk,
+        actor=actor.label,
+        data={
+            "approval": new.pk,
+            "supersedes": old.pk,
+            "proposal_version": new.proposal_version,
+            "params_hash": digest,
+            "reason": reason,
+        },
     )
-    done = 0
-    for approval_id, operation_id in dict.fromkeys(due + orphaned):
-        try:
-            with transaction.atomic():
-                op, approval = _locked(approval_id, operation_id)
-                crash_point("approval.expire_locked")
-                at = timezone.now()
-                if approval.status != A.PENDING:
-                    continue
-                if op.status != S.WAITING_APPROVAL:
-                    reason = f"the operation was {op.status}"
-                    approval_transition_txn(
-                        approval, A.DENIED, now=at, fields={"decided_at": at, "reason": reason}
-                    )
-                    event_append_txn(
-                        task_id=op.task_id,
-                        type="approval.closed",
-                        state_version=op.state_version,
-                        now=at,
-                        operation_id=op.pk,
-                        actor=SWEEPER,
-                        data={"approval": approval.pk, "reason": reason},
-                    )
-                    done += 1
-                    continue
-                if approval.expires_at > at:
-                    continue
-                approval_transition_txn(
-                    approval, A.EXPIRED, now=at, extra_guard={"expires_at__lte": at}
-                )
-                operation_transition_txn(
-                    op,
-                    S.EXPIRED,
-                    now=at,
-                    actor=SWEEPER,
-                    fields={"status_reason": "no decision before the approval expired"},
-                    event_type="approval.expired",
-                    data={"approval": approval.pk, "reason": "approval expired"},
-                )
-                done += 1
-        except (Conflict, Approval.DoesNotExist, Operation.DoesNotExist):
-            continue
-    return done
+    return new

@@ -11,7 +11,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.artifact_reconciliation import artifact_reconcile, reconcile_due
 from runtime.cancellation import children_sweep
 from runtime.notifications.dispatch import notify_dispatch

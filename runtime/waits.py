@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import SWEEPER, Actor
-from runtime.approvals import approval_renew, approval_transform_txn
+from runtime.approval_expiry import approval_renew, approval_transform_txn
 from runtime.cancellation import task_cancel
 from runtime.errors import (
     Conflict,

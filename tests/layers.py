@@ -47,9 +47,6 @@ BOTTOM = (
 PENDING_SIZES: frozenset[str] = frozenset(
     {
         "runtime.approval_gate:approval_release_txn",
-        "runtime.approvals",
-        "runtime.approvals:approval_decide",
-        "runtime.approvals:approval_edit",
         "runtime.completion:task_complete",
         "runtime.policy",
         "runtime.ratelimits",

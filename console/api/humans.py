@@ -20,6 +20,7 @@ from console.api.idempotency import idempotent
 from console.api.serializers import Int, Text, approval_out, command_out, parse, signal_out
 from console.api.views import ApiView, _limit, _param, operation_bodies, operation_body, task_body
 from runtime import approvals, control, signals, waits
+from runtime.approval_expiry import approval_renew
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
@@ -210,7 +211,7 @@ class ApprovalRenew(ApiView):
     @idempotent
     def post(self, request: Request, approval_id: str) -> Response:
         data = parse(ApprovalRenewIn, request.data)
-        approval = approvals.approval_renew(
+        approval = approval_renew(
             actor_of(request),
             approval_id,
             expires_in_seconds=data["expires_in_seconds"],

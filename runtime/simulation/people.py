@@ -9,7 +9,8 @@ from typing import Any
 from unittest import mock
 
 from runtime.accounts import console_user_create
-from runtime.approvals import approval_decide, approval_edit, approval_renew
+from runtime.approval_expiry import approval_renew
+from runtime.approvals import approval_decide, approval_edit
 from runtime.cancellation import task_cancel, task_fail
 from runtime.completion import task_complete
 from runtime.control import task_pause, task_resume

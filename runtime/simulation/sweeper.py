@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import Approval, Operation
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.simulation.schedule import Step

@@ -30,7 +30,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from console.wsgi import application
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import Approval, Operation
 from runtime.sandbox import receivers
 from runtime.tools.demo import APPROVAL_THRESHOLD_CENTS

@@ -164,7 +164,7 @@ def _gated_and_expired(owner, task, n: int) -> None:
     """``n`` pending approval requests, ``n`` expired ones and ``n`` expired signal waits."""
     from django.utils import timezone
 
-    from runtime.approvals import approval_expire_sweep
+    from runtime.approval_expiry import approval_expire_sweep
     from runtime.models import Approval, Resolution
     from runtime.waits import wait_sweep
 

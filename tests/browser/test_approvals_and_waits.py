@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import Approval, Event, Operation
 from runtime.sandbox import receivers
 from tests import factories

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import Approval, Resolution, Task
 from tests import factories
 from tests.browser.conftest import login

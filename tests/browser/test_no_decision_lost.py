@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import ApiToken, Approval, Operation, Task
 from tests import factories
 from tests.browser.conftest import login

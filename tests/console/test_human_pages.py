@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.models import Approval, Operation, Task
 from tests import factories
 

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from runtime import crashpoints
-from runtime.approvals import approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
 from runtime.cancellation import task_cancel
 from runtime.executor import operation_execute
 from runtime.models import Approval, Event, Operation, OutboxMessage
@@ -335,7 +335,7 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
     after its locks, by which time the validity period is over: refused, then expired."""
     import types
 
-    from runtime import approvals
+    from runtime import approval_expiry, approvals
 
     owner, operator = factories.agent(), factories.console_user("operator")
     _, op, approval = _gated(owner)
@@ -350,6 +350,7 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
         # the validity period (no real waiting, so a slow machine cannot change the order).
         started.setdefault("at", timezone.now())
         approvals.timezone = later  # type: ignore[assignment]
+        approval_expiry.timezone = later  # type: ignore[assignment]
 
     def approve():
         return _decide(operator, approval)
@@ -363,6 +364,7 @@ def test_an_approval_that_started_before_expiry_is_refused_once_the_gate_runs_af
         )
     finally:
         approvals.timezone = timezone  # type: ignore[assignment]
+        approval_expiry.timezone = timezone  # type: ignore[assignment]
     response = results["first"]
     assert started["at"] < expires  # the request was inside the gate before expiry
     assert response.status_code == 409, response.json()
@@ -552,7 +554,7 @@ def test_an_expired_approval_of_an_ended_task_is_not_renewed():
 
 @pytest.mark.django_db
 def test_an_approval_never_outlives_its_tasks_deadline():
-    from runtime.approvals import approval_renew
+    from runtime.approval_expiry import approval_renew
 
     owner, admin = factories.agent(), factories.console_user("admin")
     task = factories.task(owner, deadline_seconds=90)

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from runtime.approvals import approval_decide, approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
+from runtime.approvals import approval_decide
 from runtime.db import db_now
 from runtime.errors import NotClaimable, QueueFull
 from runtime.executions import execution_for_agent

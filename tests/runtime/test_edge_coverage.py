@@ -14,7 +14,8 @@ import pytest
 from django.utils import timezone
 
 from runtime.accounts import console_user_create
-from runtime.approvals import approval_decide, approval_expire_sweep
+from runtime.approval_expiry import approval_expire_sweep
+from runtime.approvals import approval_decide
 from runtime.cancellation import task_cancel, task_fail
 from runtime.executions import execution_for_agent
 from runtime.models import Approval, Event, Operation, Task
