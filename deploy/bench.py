@@ -36,8 +36,9 @@ BENCH_PACED_SECONDS (10), BENCH_SAMPLE (40), BENCH_CELERY_TASKS (3000), BENCH_DB
 (1500), BENCH_DBOS_THREADS (4 x WORKERS), BENCH_DBOS_POLL (0.01 s), BENCH_FLOOR_REQUESTS (1500),
 BENCH_MIX_OPS (600), BENCH_MIX_ROUNDS (3), BENCH_BACKLOG (600), BENCH_BATCH_OPS (2000),
 BENCH_READ_EVENTS (1000000), BENCH_READ_TASKS (10000), BENCH_READ_REQUESTS (200),
-BENCH_SLOW_OPS (400), BENCH_SLOW_SECONDS (1), BENCH_SLOW_FULL_SECONDS (15), BENCH_PARTS (all;
-slow: the stack and the slow tools' part only),
+BENCH_SLOW_OPS (400), BENCH_SLOW_SECONDS (1), BENCH_SLOW_FULL_SECONDS (15), BENCH_HTTP_OPS (2000),
+BENCH_HTTP_ROUNDS (3), BENCH_HTTP_DELAY_MS (50), BENCH_PARTS (all; slow: the stack and the slow
+tools' part only; http: the stack and the HTTP tools' part only),
 BENCH_TIMEOUT (300 s), BENCH_SEED (1), BENCH_PRIVATE_REDIS (1), BENCH_OUT (var/bench).
 """
 
@@ -98,7 +99,9 @@ BATCH_OPS = knob("BENCH_BATCH_OPS", 2000, 60)
 SLOW_OPS = knob("BENCH_SLOW_OPS", 400, 60)
 SLOW_SECONDS = float(os.environ.get("BENCH_SLOW_SECONDS", "1"))
 SLOW_FULL_SECONDS = knob("BENCH_SLOW_FULL_SECONDS", 15, 8)
-# "slow": only the stack and the slow tools' part (its own RESULT line), for a quick look.
+HTTP_OPS = knob("BENCH_HTTP_OPS", 2000, 60)
+HTTP_ROUNDS = knob("BENCH_HTTP_ROUNDS", 3, 1)
+# "slow", "http": only the stack and that part (its own RESULT line), for a quick look.
 PARTS = os.environ.get("BENCH_PARTS", "all")
 READ_EVENTS = knob("BENCH_READ_EVENTS", 1_000_000, 20_000)
 READ_TASKS = knob("BENCH_READ_TASKS", 10_000, 200)
@@ -450,20 +453,27 @@ class Bench:
         return pg_xacts()
 
     def scan(self, start: str, end: str) -> WalScan:
-        from django.db import connection
+        from django.db import OperationalError, connection
 
         empty = WalScan({}, 0, {}, {}, 0)
         if not self.walinspect:
             return empty
         # pg_stat_database's counters reach the view once a backend reports them (at most a
         # second later, at the end of a transaction): the WAL is exact, read it in one go.
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT xid::text::bigint, resource_manager, record_type, record_length, "
-                "description, block_ref FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)",
-                [start, end],
-            )
-            rows = cur.fetchall()
+        try:
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT xid::text::bigint, resource_manager, record_type, record_length, "
+                    "description, block_ref FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)",
+                    [start, end],
+                )
+                rows = cur.fetchall()
+        except OperationalError as exc:
+            # A shared server busy with other work recycled the window's WAL before it was read:
+            # no WAL counts for this window, and commit times fall back to the journal's (the
+            # report counts those as approximated).
+            log(f"the window's WAL is gone ({str(exc).splitlines()[0]}): no WAL counts for it")
+            return empty
         by_name = {oid: name for name, oid in self.oids.items()}
         touched: dict[int, set[str]] = defaultdict(set)  # xid -> databases it wrote in
         ours: set[int] = set()  # xids that wrote bench relations other than the receivers'
@@ -1169,6 +1179,189 @@ def ours_counts(agent: Agent) -> dict[str, Any]:
     }
 
 
+# --- HTTP tools ---------------------------------------------------------------------------------
+
+
+class Receiver:
+    """deploy/bench_receiver.py: answers each call after BENCH_HTTP_DELAY_MS and counts the
+    distinct Idempotency-Keys it saw."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, str(DEPLOY / "bench_receiver.py"), str(self.port)],
+            stdout=subprocess.PIPE,
+            stderr=process_log(),
+            text=True,
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            raise SystemExit("bench: the HTTP receiver did not start; see processes.log")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def ask(self, method: str) -> dict[str, int]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, "/stats" if method == "GET" else "/reset", b"{}")
+            return dict(json.loads(conn.getresponse().read()))
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        stop(self.process)
+
+
+def http_tool_declare(url: str) -> str:
+    """A declared HTTP tool calling ``url`` (contract replay: the receiver dedupes on the key),
+    by an admin; a new name each run (a declaration is for good)."""
+    from runtime.accounts import console_user_create
+    from runtime.actors import actor_for_user
+    from runtime.tool_declarations import tool_declare
+
+    user = console_user_create("bench-admin", "admin", uuid.uuid4().hex)
+    name = f"bench.http-{uuid.uuid4().hex[:8]}"
+    tool_declare(
+        actor_for_user(user.pk, user.username),
+        {"name": name, "kind": "http", "contract": "replay", "url": url, "timeout_seconds": 10},
+    )
+    return name
+
+
+def celery_threads(env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """Plain Celery's side of the HTTP part: WORKERS worker processes, each a thread pool of
+    TOOL_SLOTS (``-P threads -c TOOL_SLOTS``), up once each ran a task."""
+    import bench_celery_http
+    from django.conf import settings
+
+    slots = str(int(settings.TOOL_SLOTS))
+    workers = []
+    for _ in range(WORKERS):
+        workers.append(
+            subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "celery", "-A", "bench_celery_http", "worker"),
+                    *("-Q", bench_celery_http.QUEUE, "--pool", "threads", "--concurrency", slots),
+                    *("--loglevel", "WARNING", "--without-gossip", "--without-mingle"),
+                    *("--without-heartbeat", "-n", f"bench_http-{uuid.uuid4().hex[:8]}@%h"),
+                ],
+                cwd=ROOT,
+                env={**env, "PYTHONPATH": f"{DEPLOY}{os.pathsep}{ROOT}", "TOOL_SLOTS": slots},
+                stdout=subprocess.DEVNULL,
+                stderr=process_log(),
+            )
+        )
+    r = redis_client()
+    r.set(bench_celery_http.COUNTER, 0)
+    warm = 4 * WORKERS
+    for _ in range(warm):
+        bench_celery_http.noop.delay()
+    wait_until(lambda: int(r.get(bench_celery_http.COUNTER) or 0) >= warm, 90, "Celery threads")
+    return workers
+
+
+def celery_http_round(receiver: Receiver, total: int) -> dict[str, Any]:
+    """``total`` calls of the receiver by plain Celery's thread pools, sent as fast as one thread
+    sends them: calls per second from the first send to the last call's INCR."""
+    import bench_celery_http
+
+    receiver.ask("POST")
+    r = redis_client()
+    r.set(bench_celery_http.COUNTER, 0)
+    r.set(bench_celery_http.FAILED, 0)
+    busy = machine_busy()
+    run = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+    for i in range(total):
+        bench_celery_http.http_call.delay(receiver.url("/call"), f"celery-{run}-{i}", i)
+
+    def done() -> bool:
+        if int(r.get(bench_celery_http.FAILED) or 0):
+            raise SystemExit("bench: a plain Celery HTTP call failed; see processes.log")
+        return int(r.get(bench_celery_http.COUNTER) or 0) >= total
+
+    wait_until(done, TIMEOUT, "plain Celery's HTTP calls", every=0.005)
+    seconds = time.perf_counter() - started
+    return {
+        "ops_per_s": total / seconds,
+        "seconds": seconds,
+        "machine_cpu_ms_per_op": (machine_busy() - busy) * 1000 / total,
+        "receiver": receiver.ask("GET"),
+    }
+
+
+def http_tools(bench: Bench, stack: Stack, agent: Agent, env: dict[str, str]) -> dict[str, Any]:
+    """HTTP tools against plain Celery's thread pool (issue 36): BENCH_HTTP_OPS calls of an HTTP
+    tool declared in the console, calling a local receiver that answers in BENCH_HTTP_DELAY_MS,
+    proposed over HTTP by the agent processes as the headline's (ops/s from the first send to
+    the last acceptance's commit); beside it plain Celery, WORKERS processes with a thread pool
+    of TOOL_SLOTS each, whose task calls the same receiver with httpx. BENCH_HTTP_ROUNDS rounds,
+    each running both in a shuffled order; the ratio is the median of the rounds' own. The
+    receiver counts the distinct keys it saw: one per call on both sides."""
+    receiver = Receiver()
+    pools: list[subprocess.Popen[bytes]] = []
+    rng = random.Random(SEED)
+    rounds: list[dict[str, Any]] = []
+    load = [os.getloadavg()[0]]
+    try:
+        tool = http_tool_declare(receiver.url("/call"))
+        pools = celery_threads(env)
+        for r in range(HTTP_ROUNDS):
+            order = ["ours", "celery"]
+            rng.shuffle(order)
+            got: dict[str, Any] = {"order": order}
+            for part in order:
+                if part == "ours":
+                    receiver.ask("POST")
+                    got[part] = ours_http(
+                        bench, stack, agent, f"http-{r}", HTTP_OPS, tool=tool, params={}
+                    )
+                    got[part]["receiver"] = receiver.ask("GET")
+                else:
+                    got[part] = celery_http_round(receiver, HTTP_OPS)
+            got["ratio"] = got["ours"]["ops_per_s"] / got["celery"]["ops_per_s"]
+            rounds.append(got)
+            log(
+                f"http round {r + 1}/{HTTP_ROUNDS}: ours {got['ours']['ops_per_s']:.1f} ops/s "
+                f"(receiver: {got['ours']['receiver']}), plain Celery threads "
+                f"{got['celery']['ops_per_s']:.1f} ops/s (receiver: {got['celery']['receiver']})"
+            )
+            load.append(os.getloadavg()[0])
+    finally:
+        for p in pools:
+            stop(p)
+        receiver.stop()
+    return {"tool": tool, "rounds": rounds, "load_avg_1m": load}
+
+
+def _http_result(http: dict[str, Any]) -> dict[str, float]:
+    rounds = http["rounds"]
+    ours = [g["ours"] for g in rounds]
+    return {
+        "http_tool_ops_per_s": median([o["ops_per_s"] for o in ours]),
+        "http_celery_threads_ops_per_s": median([g["celery"]["ops_per_s"] for g in rounds]),
+        "ratio_http_vs_celery_threads": median([g["ratio"] for g in rounds]),
+        "http_receiver_calls": sum(o["receiver"]["calls"] for o in ours),
+        "http_receiver_keys": sum(o["receiver"]["keys"] for o in ours),
+        "http_tool_calls": len(ours) * HTTP_OPS,
+        "load_avg_1m": max(http["load_avg_1m"]),
+    }
+
+
+def _http_log(http: dict[str, Any]) -> None:
+    for g in http["rounds"]:
+        o = g["ours"]
+        log(
+            f"http: ours {o['ops_per_s']:.1f} ops/s, CPU ms/op "
+            + ", ".join(f"{k} {v:.1f}" for k, v in o["cpu_ms_per_op"].items())
+            + f", proposals answered {o['propose_per_s']:.0f}/s; plain Celery threads "
+            f"{g['celery']['ops_per_s']:.1f} ops/s, machine CPU ms/op "
+            f"{g['celery']['machine_cpu_ms_per_op']:.1f}"
+        )
+    log(f"load average (1 min) over the part: {http['load_avg_1m']}")
+
+
 # --- plain Celery -------------------------------------------------------------------------------
 
 
@@ -1623,6 +1816,12 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     os.environ["WORKERS"] = str(WORKERS)
     os.environ.setdefault("WEB_LOG_LEVEL", "warning")
+    # The HTTP tools' part declares a tool calling a receiver on 127.0.0.1: the address guard
+    # lets declared HTTP tools reach it only with this switch (runtime.tools.http).
+    os.environ["TOOL_ALLOW_PRIVATE_HOSTS"] = "1"
+    # The agents' processes share one token: its per-token rate (runtime.throttle, 50 a second
+    # by default) would cap every part at it. Measure the path, not the limit.
+    os.environ.setdefault("API_RATE_PER_SECOND", "0")
     env = dict(os.environ)
     try:
         return run(env, began, redis_note)
@@ -1674,6 +1873,11 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             slow = slow_tools(bench, stack, agent, "slow")
             _slow_log(slow)
             print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in _slow_result(slow).items()))
+            return 0
+        if PARTS == "http":
+            http = http_tools(bench, stack, agent, env)
+            _http_log(http)
+            print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in _http_result(http).items()))
             return 0
         noop = celery_pool(WORKERS, env)
         wait_until(lambda: _floor_up(floor_port, agent.secret), 60, "the floor's web server", 0.2)
@@ -1744,6 +1948,8 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
         extra["mixes"] = dict(mixes)
         extra["slow_tools"] = slow_tools(bench, stack, agent, "slow")
         _slow_log(extra["slow_tools"])
+        extra["http_tools"] = http_tools(bench, stack, agent, env)
+        _http_log(extra["http_tools"])
         reader = bench_agent(f"bench-reads-{READ_TASKS}x{READ_EVENTS}")
         seed = seed_reads(reader)
         vacuum()
@@ -1797,6 +2003,7 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
         "list_p99_ms": extra["reads"]["list_p99_ms"],
         "timeline_p99_ms": extra["reads"]["timeline_p99_ms"],
         **_slow_result(extra["slow_tools"]),
+        **_http_result(extra["http_tools"]),
     }
     intervals = {
         "ratio_vs_celery": bootstrap(vs_celery),
