@@ -21,6 +21,10 @@ allows are answered as failures and the rest 429, whatever N. The current time i
 
 Services mode counts in Redis; embedded mode (and services mode while Redis is away) in the
 database (``RateCounter``).
+
+The shapes and their atomic counting (the Lua scripts, the database's guarded UPDATEs) are in
+runtime.ratelimit_counters; here, the limits the console applies and the entries that count
+and check against them.
 """
 
 from __future__ import annotations
@@ -30,19 +34,26 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from runtime.errors import DomainError
 from runtime.models import RateCounter
+from runtime.ratelimit_counters import (
+    REDIS_BACKOFF_FAIL,
+    REDIS_COUNT_ALL,
+    Backoff,
+    Limit,
+    db_backoff_fail,
+    db_take,
+)
 
 KEY_PREFIX = "ratelimit"
+
+
 log = logging.getLogger(__name__)
 
 
@@ -66,35 +77,6 @@ class RateLimited(DomainError):
 def _refuse(seconds: float) -> RateLimited:
     wait = max(1, math.ceil(seconds))
     return RateLimited(f"too many failed attempts; try again in {wait} s", retry_after=wait)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """At most ``attempts`` failed attempts per ``window_seconds`` for one subject."""
-
-    name: str
-    attempts: int
-    window_seconds: int
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """``free`` failures, then a wait of ``base_seconds * 2**k`` after the k-th further one
-    (k from 0), at most ``cap_seconds``; forgotten ``window_seconds`` after the last wait."""
-
-    name: str
-    free: int
-    base_seconds: float
-    cap_seconds: float
-    window_seconds: int
-
-    def delay(self, failures: int) -> float:
-        """The wait that the ``failures``-th failure in a row imposes."""
-        beyond = failures - self.free
-        if beyond <= 0:
-            return 0.0
-        # min() first: 2**beyond overflows a float for a long enough flood.
-        return min(self.cap_seconds, self.base_seconds * 2 ** min(beyond - 1, 64))
 
 
 def login_limits() -> tuple[Backoff, Limit]:
@@ -161,14 +143,14 @@ def failure_count(
     if client is not None:
         args = [str(v) for _, limit in keyed for v in (limit.window_seconds, limit.attempts)]
         try:
-            over, ttl = client.eval(_COUNT_ALL, len(keyed), *(k for k, _ in keyed), *args)
+            over, ttl = client.eval(REDIS_COUNT_ALL, len(keyed), *(k for k, _ in keyed), *args)
         except Exception:
             redis_failed()
         else:
             if int(over):
                 raise _refuse(int(ttl))
             return
-    waits = [w for key, limit in keyed if (w := _db_take(key, limit, _dt(at))) is not None]
+    waits = [w for key, limit in keyed if (w := db_take(key, limit, _dt(at))) is not None]
     if waits:
         raise _refuse(max(waits))
 
@@ -223,7 +205,7 @@ def backoff_failed(
         delays = _delay_table_ms(backoff)
         try:
             counted, wait_ms = client.eval(
-                _BACKOFF_FAIL,
+                REDIS_BACKOFF_FAIL,
                 1,
                 key,
                 str(_ms(at)),
@@ -237,7 +219,7 @@ def backoff_failed(
             if not int(counted):
                 raise _refuse(min(backoff.cap_seconds, int(wait_ms) / 1000))
             return
-    wait = _db_backoff_fail(key, backoff, _dt(at))
+    wait = db_backoff_fail(key, backoff, _dt(at))
     if wait is not None:
         # Clamped: a concurrent failure may have started the wait a moment "after" now.
         raise _refuse(min(backoff.cap_seconds, wait))
@@ -300,54 +282,6 @@ def _delay_table_ms(backoff: Backoff) -> list[str]:
         n += 1
 
 
-# --- Redis --------------------------------------------------------------------------------
-
-# One failure per key (ARGV: window and limit per key, in order). Each increment and its
-# window's start are one step: a crash between INCR and EXPIRE cannot leave a counter that
-# never expires. Over: the longest wait among the keys over their limit.
-_COUNT_ALL = """
-local over, wait = 0, 0
-for i, key in ipairs(KEYS) do
-  local n = redis.call('INCR', key)
-  local ttl = redis.call('TTL', key)
-  if ttl < 0 then
-    redis.call('EXPIRE', key, ARGV[2 * i - 1])
-    ttl = tonumber(ARGV[2 * i - 1])
-  end
-  if n > tonumber(ARGV[2 * i]) then
-    over = 1
-    if ttl > wait then wait = ttl end
-  end
-end
-return {over, wait}
-"""
-# A hash per account: n (failures in a row), until (ms: no attempt before). ARGV: now (ms),
-# free, window (ms: failures are forgotten this long after the wait ends), then the delay (ms)
-# of the 1st, 2nd, ... failure beyond ``free`` (the last one repeats: the cap). While waiting,
-# nothing is counted.
-_BACKOFF_FAIL = """
-local now = tonumber(ARGV[1])
-local free = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local state = redis.call('HMGET', KEYS[1], 'n', 'until')
-local n = tonumber(state[1] or '0')
-local untl = tonumber(state[2] or '0')
--- Only a failure beyond the free ones makes a wait (the others keep their own time in until,
--- which a concurrent attempt's clock may find a moment in its future).
-if n > free and now < untl then return {0, untl - now} end
-if now >= untl + window then n = 0 end
-n = n + 1
-local delay = 0
-if n > free then
-  local i = n - free
-  if i > #ARGV - 3 then i = #ARGV - 3 end
-  delay = tonumber(ARGV[3 + i])
-end
-redis.call('HSET', KEYS[1], 'n', n, 'until', now + delay)
-redis.call('PEXPIRE', KEYS[1], delay + window)
-return {1, delay}
-"""
-
 _clients: dict[int, Any] = {}
 
 
@@ -359,67 +293,3 @@ def _redis() -> Any:
         _clients.clear()
         client = _clients[pid] = redis.Redis.from_url(str(settings.REDIS_URL))
     return client
-
-
-# --- database -----------------------------------------------------------------------------
-
-
-def _db_take(key: str, limit: Limit, now: datetime) -> float | None:
-    """Count one failure by guarded UPDATE; the seconds to wait when the limit has no room
-    left, else None. PostgreSQL re-evaluates ``count < attempts`` on the row a concurrent
-    UPDATE just changed, so the last failure allowed goes to exactly one attempt."""
-    ends = now + timedelta(seconds=limit.window_seconds)
-    for _ in range(3):
-        if RateCounter.objects.filter(
-            key=key, window_ends_at__gt=now, count__lt=limit.attempts
-        ).update(count=F("count") + 1):
-            return None
-        if RateCounter.objects.filter(key=key, window_ends_at__lte=now).update(
-            count=1, window_ends_at=ends
-        ):
-            return None if limit.attempts >= 1 else limit.window_seconds
-        row = RateCounter.objects.filter(key=key).values_list("window_ends_at", flat=True).first()
-        if row is not None:
-            if row > now:
-                # Clamped: another attempt may have opened the window a moment "after" now.
-                return min(limit.window_seconds, (row - now).total_seconds())
-            continue  # the window ended between the two statements: take the fresh one
-        try:
-            with transaction.atomic():
-                RateCounter.objects.create(key=key, count=1, window_ends_at=ends)
-            return None if limit.attempts >= 1 else limit.window_seconds
-        except IntegrityError:
-            continue  # a concurrent first failure created it: count against that row
-    return limit.window_seconds
-
-
-def _db_backoff_fail(key: str, backoff: Backoff, now: datetime) -> float | None:
-    """One failure under the row's lock (embedded SQLite's IMMEDIATE transactions serialise
-    the same way): the row holds the failures in a row and the end of the wait (the last
-    failure's time while there is none: only a failure beyond the free ones makes a wait). The
-    seconds to wait when waiting, else None."""
-    window = timedelta(seconds=backoff.window_seconds)
-    for _ in range(3):
-        with transaction.atomic():
-            row = RateCounter.objects.select_for_update().filter(key=key).first()
-            if row is None:
-                try:
-                    with transaction.atomic():
-                        RateCounter.objects.create(
-                            key=key, count=1, window_ends_at=now + _seconds(backoff.delay(1))
-                        )
-                    return None
-                except IntegrityError:
-                    continue  # a concurrent first failure created it: lock that row
-            if row.count > backoff.free and row.window_ends_at > now:
-                return (row.window_ends_at - now).total_seconds()
-            failures = 1 if now >= row.window_ends_at + window else row.count + 1
-            RateCounter.objects.filter(key=key).update(
-                count=failures, window_ends_at=now + _seconds(backoff.delay(failures))
-            )
-            return None
-    return backoff.cap_seconds
-
-
-def _seconds(value: float) -> timedelta:
-    return timedelta(seconds=value)

@@ -49,7 +49,6 @@ PENDING_SIZES: frozenset[str] = frozenset(
         "runtime.approval_gate:approval_release_txn",
         "runtime.completion:task_complete",
         "runtime.policy",
-        "runtime.ratelimits",
         "runtime.signals:signal_send",
         "runtime.tool_declarations:tool_edit",
     }

@@ -15,9 +15,8 @@ import pytest
 from django.db import connection
 
 from runtime.models import RateCounter
+from runtime.ratelimit_counters import Backoff, Limit
 from runtime.ratelimits import (
-    Backoff,
-    Limit,
     RateLimited,
     backoff_check,
     backoff_clear,
