@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from runtime.dialect import one_statement_forms
 from runtime.errors import DomainError
 from runtime.executor import _invoke  # the worker's own call of the receiver
 from runtime.models import Operation
@@ -19,7 +20,6 @@ from runtime.transitions.accept_batch import operations_report_batch
 from runtime.transitions.accept_decision import Report
 from runtime.transitions.claim import operation_claim
 from runtime.transitions.claim_batch import operations_claim_batch
-from runtime.transitions.fast import enabled as one_statement_forms
 from runtime.transitions.lease import Lease, lease_heartbeat
 
 S = OperationStatus

@@ -36,7 +36,6 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from runtime import dialect
 from runtime.drainers import announce_or_push, drain_announce, queue_of
 from runtime.events import JOURNAL_SLOTS, TaskRow, event_hint
 from runtime.models import Operation, OutboxMessage
@@ -88,12 +87,6 @@ SLOTS = {
     "admission_refusal": admission_refusal_sql,
     "operation_columns": lambda alias: column_list(OP_NAMES, alias),
 }
-
-
-def enabled() -> bool:
-    """``dialect.one_statement_forms()``, under the name the simulation still calls it by
-    (runtime/simulation/world.py); the runtime asks the dialect."""
-    return dialect.one_statement_forms()
 
 
 def deltas_params(source: str | None, target: str) -> dict[str, int]:
