@@ -20,12 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from cryptography.fernet import InvalidToken
+from django.db import connection
 from django.db.models import F
 
 from runtime.errors import UnknownTool
 from runtime.keyring import sealer
 from runtime.models import DeclaredToolVersion
 from runtime.models.tools import DeclaredToolKind
+from runtime.sqlfiles import queries
 from runtime.tools.base import (
     InvocationContext,
     ToolAdapter,
@@ -35,6 +37,8 @@ from runtime.tools.base import (
     declared_refresh,
     declared_source_set,
 )
+
+_SQL = queries("declared_versions_count", slots={})
 
 _SEAL_DOMAIN = b"agent-console declared tool secrets"
 
@@ -198,7 +202,9 @@ class DatabaseDeclarations:
         # The number of versions only grows, and each declaration or edit adds one: a read that
         # finds the number unchanged finds nothing new. (Read before the rows: a version
         # committed in between is read now and makes the next look read them again, harmless.)
-        seen = DeclaredToolVersion.objects.count()
+        with connection.cursor() as cursor:
+            cursor.execute(_SQL["declared_versions_count"])
+            seen = int(cursor.fetchone()[0])
         if seen == self.seen:
             return False
         rows = DeclaredToolVersion.objects.select_related("tool").filter(version=F("tool__version"))

@@ -1,0 +1,1 @@
+SELECT count(*) AS versions FROM runtime_declaredtoolversion
