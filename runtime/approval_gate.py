@@ -112,19 +112,7 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
     # Expiry first: an expiry moved earlier behind the application's back only ends the approval
     # sooner, which is safe; moved later (or anything else changed), the seal below refuses.
     if latest.status == A.APPROVED and latest.expires_at <= at:
-        approval_transition_txn(latest, A.EXPIRED, now=now, extra_guard={"expires_at__lte": at})
-        reason = "the approval expired before its work could start"
-        operation_transition_txn(
-            op,
-            S.EXPIRED,
-            now=now,
-            actor=actor,
-            fields={"status_reason": reason},
-            event_type="approval.expired",
-            data={"approval": latest.pk, "reason": reason},
-        )
-        outbox_consume_txn(op.pk)
-        return ReleaseRefused(reason, returned=True)
+        return _expired_at_release_txn(latest, op, at=at, now=now, actor=actor)
     # Integrity: the decision and the parameters it covers, as stored now, under its seal (a
     # keyed MAC, runtime.approval_seal); this also covers a retry of released work.
     tampered = approval_seal_refusal(latest, op)
@@ -136,32 +124,7 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
     if refusal is not None:
         if op.status != S.PENDING:
             return ReleaseRefused(f"the approval no longer holds: {refusal}")
-        reason = f"the approver can no longer approve it: {refusal}"
-        decided_by = latest.decided_by
-        approval_transition_txn(
-            latest,
-            A.PENDING,
-            now=now,
-            fields={
-                "decided_by": "",
-                "decider_key": "",
-                "decided_at": None,
-                "reason": reason,
-                "seal": "",
-            },
-        )
-        operation_transition_txn(
-            op,
-            S.WAITING_APPROVAL,
-            now=now,
-            actor=actor,
-            fields={"status_reason": reason},
-            event_type="approval.reopened",
-            data={"approval": latest.pk, "reason": reason, "approver": decided_by},
-        )
-        approval_noticed_txn(latest, actor=actor, now=now)
-        outbox_consume_txn(op.pk)
-        return ReleaseRefused(reason, returned=True)
+        return _reopened_txn(latest, op, refusal, now=now, actor=actor)
     approval_transition_txn(
         latest,
         A.RELEASED,
@@ -170,6 +133,59 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         extra_guard={"expires_at__gt": at, "params_hash": op.params_hash},
     )
     return None
+
+
+def _expired_at_release_txn(
+    latest: Approval, op: Operation, *, at: datetime, now: datetime, actor: str
+) -> ReleaseRefused:
+    """The approval expired before its work could start: it and its operation go ``expired``
+    (an admin renews or transforms it), and the claim's outbox row is consumed."""
+    approval_transition_txn(latest, A.EXPIRED, now=now, extra_guard={"expires_at__lte": at})
+    reason = "the approval expired before its work could start"
+    operation_transition_txn(
+        op,
+        S.EXPIRED,
+        now=now,
+        actor=actor,
+        fields={"status_reason": reason},
+        event_type="approval.expired",
+        data={"approval": latest.pk, "reason": reason},
+    )
+    outbox_consume_txn(op.pk)
+    return ReleaseRefused(reason, returned=True)
+
+
+def _reopened_txn(
+    latest: Approval, op: Operation, refusal: str, *, now: datetime, actor: str
+) -> ReleaseRefused:
+    """The approver lost the right: the decision is voided and the request waits on
+    /approvals/ for another approver (announced again); the claim's outbox row is consumed."""
+    reason = f"the approver can no longer approve it: {refusal}"
+    decided_by = latest.decided_by
+    approval_transition_txn(
+        latest,
+        A.PENDING,
+        now=now,
+        fields={
+            "decided_by": "",
+            "decider_key": "",
+            "decided_at": None,
+            "reason": reason,
+            "seal": "",
+        },
+    )
+    operation_transition_txn(
+        op,
+        S.WAITING_APPROVAL,
+        now=now,
+        actor=actor,
+        fields={"status_reason": reason},
+        event_type="approval.reopened",
+        data={"approval": latest.pk, "reason": reason, "approver": decided_by},
+    )
+    approval_noticed_txn(latest, actor=actor, now=now)
+    outbox_consume_txn(op.pk)
+    return ReleaseRefused(reason, returned=True)
 
 
 def _integrity_refused(

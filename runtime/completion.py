@@ -8,6 +8,7 @@ the same row under its guarded version, so a replacement either commits before t
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -55,16 +56,7 @@ def task_complete(actor: Actor, task_id: str, *, if_unresolved: str = "refuse") 
         if locked.outcome == TaskOutcome.SUCCEEDED:
             return locked
         _admissible(locked)
-        live = list(
-            Operation.objects.filter(task_id=task_id)
-            .exclude(status__in=S.FINAL)
-            .order_by("id")
-            .values_list("id", "status")
-        )
-        unresolved = [op for op in live if op[1] == S.UNRESOLVED]
-        blocking = [op for op in live if op[1] != S.UNRESOLVED]
-        if if_unresolved == "refuse":
-            blocking = live
+        unresolved, blocking = _operations_in_the_way(task_id, if_unresolved)
         checks = [_merge(state, ran.get(state.name)) for state in check_states(task_id)]
         failing = [c for c in checks if not c.counts]
         # Structured concurrency: a parent's success covers its children's work.
@@ -72,45 +64,80 @@ def task_complete(actor: Actor, task_id: str, *, if_unresolved: str = "refuse") 
         if failing or blocking or children:
             refusal = _refusal(failing, blocking, children)
         else:
-            outcome = TaskOutcome.UNRESOLVED if unresolved else TaskOutcome.SUCCEEDED
-            task_transition_txn(
-                locked,
-                now=now,
-                fields={
-                    "outcome": outcome,
-                    "terminal_reason": (
-                        f"ended with {len(unresolved)} unresolved operation(s)"
-                        if unresolved
-                        else ""
-                    ),
-                },
-                target_condition=TaskCondition.TERMINAL,
-                event_type=f"task.{outcome}",
-                actor=actor.label,
-                data={
-                    "checks": [c.name for c in checks],
-                    "unresolved": [op_id for op_id, _ in unresolved] or None,
-                },
-            )
-            if locked.parent_id is not None:
-                # A child's whole consumption lands in its parent's ledger as it ends, in this
-                # transaction, not when the sweeper next passes.
-                child_ended_txn(locked, now=now, actor=actor.label)
+            _end_txn(locked, checks, unresolved, now=now, actor=actor)
             crash_point("complete.before_commit")
     if refusal is not None:
-        # The refusal and its reasons go to the journal so people see why the task is unfinished.
-        with transaction.atomic():
-            event_append_txn(
-                task_id=task_id,
-                type="task.completion_refused",
-                state_version=task.state_version,
-                now=now,
-                actor=actor.label,
-                data={"reason": refusal.message, **refusal.details},
-            )
+        _refusal_journal(task_id, task.state_version, refusal, now=now, actor=actor)
         raise refusal
     locked.refresh_from_db()
     return locked
+
+
+def _operations_in_the_way(
+    task_id: str, if_unresolved: str
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The task's unresolved operations, and those that refuse the completion (every live one,
+    or every live one but the unresolved with ``end_unresolved``), as (id, status)."""
+    live = list(
+        Operation.objects.filter(task_id=task_id)
+        .exclude(status__in=S.FINAL)
+        .order_by("id")
+        .values_list("id", "status")
+    )
+    unresolved = [op for op in live if op[1] == S.UNRESOLVED]
+    blocking = [op for op in live if op[1] != S.UNRESOLVED]
+    if if_unresolved == "refuse":
+        blocking = live
+    return unresolved, blocking
+
+
+def _end_txn(
+    locked: Task,
+    checks: list[CheckState],
+    unresolved: list[tuple[str, str]],
+    *,
+    now: datetime,
+    actor: Actor,
+) -> None:
+    """The task ends ``succeeded`` (or ``unresolved``); a child's consumption lands in its
+    parent's ledger now."""
+    outcome = TaskOutcome.UNRESOLVED if unresolved else TaskOutcome.SUCCEEDED
+    task_transition_txn(
+        locked,
+        now=now,
+        fields={
+            "outcome": outcome,
+            "terminal_reason": (
+                f"ended with {len(unresolved)} unresolved operation(s)" if unresolved else ""
+            ),
+        },
+        target_condition=TaskCondition.TERMINAL,
+        event_type=f"task.{outcome}",
+        actor=actor.label,
+        data={
+            "checks": [c.name for c in checks],
+            "unresolved": [op_id for op_id, _ in unresolved] or None,
+        },
+    )
+    if locked.parent_id is not None:
+        # A child's whole consumption lands in its parent's ledger as it ends, in this
+        # transaction, not when the sweeper next passes.
+        child_ended_txn(locked, now=now, actor=actor.label)
+
+
+def _refusal_journal(
+    task_id: str, state_version: int, refusal: CompletionRefused, *, now: datetime, actor: Actor
+) -> None:
+    """The refusal and its reasons go to the journal so people see why the task is unfinished."""
+    with transaction.atomic():
+        event_append_txn(
+            task_id=task_id,
+            type="task.completion_refused",
+            state_version=state_version,
+            now=now,
+            actor=actor.label,
+            data={"reason": refusal.message, **refusal.details},
+        )
 
 
 def _admissible(task: Task) -> None:

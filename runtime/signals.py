@@ -74,71 +74,8 @@ def signal_send(
         return SignalAnswer(Signal.DUPLICATE, earlier, earlier.disposition)
     try:
         with transaction.atomic():
-            now = timezone.now()
-            # The event's row first: a concurrent copy of it waits here on the unique key,
-            # holding nothing, instead of skipping the wait the first copy is about to take.
-            signal = Signal.objects.create(
-                task_id=task_id,
-                event_id=event_id,
-                name=name,
-                payload=payload,
-                disposition=Signal.BUFFERED,
-                sent_by=actor.label,
-                received_at=now,
-            )
-            wait = _waiting(task_id, name)
-            # The expired wait a late signal is linked to, locked now, before the task row: the
-            # link's foreign key share-locks it at commit, and a stop or a renewal holding it
-            # while it waits for the task row must not wait on us in turn.
-            expired = None if wait is not None else _expired(task_id, name)
-            _, row = event_append_txn(
-                task_id=task_id,
-                type="signal.received",
-                state_version=1,
-                now=now,
-                actor=actor.label,
-                data={"signal": signal.pk, "event_id": event_id, "name": name},
-            )
-            crash_point("signal.task_locked")
-            if wait is None:
-                # A wait whose registration committed while we waited for the task lock.
-                wait = _waiting(task_id, name)
-            ended = stopping(row.cancellation, row.condition)
-            if wait is not None and not ended:
-                disposition = Signal.DELIVERED
-                Signal.objects.filter(pk=signal.pk).update(
-                    disposition=disposition, operation=wait, consumed_at=now
-                )
-                wait_satisfy_txn(wait, signal, now=now, actor=actor.label)
-            else:
-                late_for = (
-                    Operation.objects.filter(
-                        task_id=task_id,
-                        kind=Operation.KIND_WAIT_SIGNAL,
-                        signal=name,
-                        status=S.EXPIRED,
-                    )
-                    .order_by("-updated_at")
-                    .first()
-                )
-                if ended or late_for is not None:
-                    disposition = Signal.LATE
-                    # Linked only to a wait this transaction holds (else left unlinked).
-                    held = late_for is not None and expired is not None and late_for == expired
-                    Signal.objects.filter(pk=signal.pk).update(
-                        disposition=disposition, operation=late_for if held else None
-                    )
-                else:
-                    disposition = Signal.BUFFERED
-            signal.disposition = disposition
-            event_append_txn(
-                task_id=task_id,
-                type=f"signal.{disposition}",
-                state_version=1,
-                now=now,
-                operation_id=wait.pk if disposition == Signal.DELIVERED and wait else None,
-                actor=actor.label,
-                data={"signal": signal.pk, "event_id": event_id, "name": name},
+            signal = _signal_apply_txn(
+                actor, task_id, event_id=event_id, name=name, payload=payload
             )
     except IntegrityError:
         # A concurrent copy of the same event won the unique constraint.
@@ -146,7 +83,88 @@ def signal_send(
         if earlier is None:
             raise
         return SignalAnswer(Signal.DUPLICATE, earlier, earlier.disposition)
-    return SignalAnswer(disposition, signal)
+    return SignalAnswer(signal.disposition, signal)
+
+
+def _signal_apply_txn(
+    actor: Actor, task_id: str, *, event_id: str, name: str, payload: dict[str, Any]
+) -> Signal:
+    """The signal's row, then its disposition under the task's lock: delivered to the wait
+    for it, late, or buffered; both journaled."""
+    now = timezone.now()
+    # The event's row first: a concurrent copy of it waits here on the unique key,
+    # holding nothing, instead of skipping the wait the first copy is about to take.
+    signal = Signal.objects.create(
+        task_id=task_id,
+        event_id=event_id,
+        name=name,
+        payload=payload,
+        disposition=Signal.BUFFERED,
+        sent_by=actor.label,
+        received_at=now,
+    )
+    wait = _waiting(task_id, name)
+    # The expired wait a late signal is linked to, locked now, before the task row: the
+    # link's foreign key share-locks it at commit, and a stop or a renewal holding it
+    # while it waits for the task row must not wait on us in turn.
+    expired = None if wait is not None else _expired(task_id, name)
+    _, row = event_append_txn(
+        task_id=task_id,
+        type="signal.received",
+        state_version=1,
+        now=now,
+        actor=actor.label,
+        data={"signal": signal.pk, "event_id": event_id, "name": name},
+    )
+    crash_point("signal.task_locked")
+    if wait is None:
+        # A wait whose registration committed while we waited for the task lock.
+        wait = _waiting(task_id, name)
+    ended = stopping(row.cancellation, row.condition)
+    if wait is not None and not ended:
+        disposition = Signal.DELIVERED
+        Signal.objects.filter(pk=signal.pk).update(
+            disposition=disposition, operation=wait, consumed_at=now
+        )
+        wait_satisfy_txn(wait, signal, now=now, actor=actor.label)
+    else:
+        disposition = _undelivered_txn(signal, task_id, name, ended=ended, expired=expired)
+    signal.disposition = disposition
+    event_append_txn(
+        task_id=task_id,
+        type=f"signal.{disposition}",
+        state_version=1,
+        now=now,
+        operation_id=wait.pk if disposition == Signal.DELIVERED and wait else None,
+        actor=actor.label,
+        data={"signal": signal.pk, "event_id": event_id, "name": name},
+    )
+    return signal
+
+
+def _undelivered_txn(
+    signal: Signal, task_id: str, name: str, *, ended: bool, expired: Operation | None
+) -> str:
+    """No wait takes it: ``late`` when the task is stopping or a wait for it expired (linked
+    to that wait only when this transaction holds it), else ``buffered``."""
+    late_for = (
+        Operation.objects.filter(
+            task_id=task_id,
+            kind=Operation.KIND_WAIT_SIGNAL,
+            signal=name,
+            status=S.EXPIRED,
+        )
+        .order_by("-updated_at")
+        .first()
+    )
+    if ended or late_for is not None:
+        # Linked only to a wait this transaction holds (else left unlinked).
+        held = late_for is not None and expired is not None and late_for == expired
+        Signal.objects.filter(pk=signal.pk).update(
+            disposition=Signal.LATE, operation=late_for if held else None
+        )
+        return Signal.LATE
+    return Signal.BUFFERED
 
 
 def signals_of_task(task_id: str, limit: int = 200) -> list[Signal]:

@@ -105,24 +105,10 @@ def tool_edit(
     409 state_version_mismatch, when another edit came first). Work in flight keeps the
     version it was recorded under. Nothing changes when nothing differs."""
     can_declare_tools(actor)
-    unknown = sorted(set(changes) - EDITABLE)
-    if unknown:
-        raise InvalidInput(
-            f"{unknown[0]} cannot be edited (a different name, kind or contract is another "
-            "tool: declare it)"
-            if unknown[0] in ("name", "kind", "contract")
-            else f"{unknown[0]} is not a field of a declared tool",
-            field=unknown[0],
-        )
+    _editable_check(changes)
     now = timezone.now()
     with transaction.atomic():
-        tool = DeclaredTool.objects.select_for_update().filter(pk=name).first()
-        if tool is None:
-            raise NotFound("no such declared tool")
-        if version is not None and version != tool.version:
-            raise TransitionRejected(
-                f"the tool is at version {tool.version}, not {version}: someone edited it first"
-            )
+        tool = _locked_at_txn(name, version)
         current = DeclaredToolVersion.objects.get(tool=tool, version=tool.version)
         if tool.kind == Kind.AGENT:
             fields_only(changes, {*COMMON, "offered"})
@@ -153,17 +139,47 @@ def tool_edit(
             offered=offered,
             now=now,
         )
-        action = (
-            "tool.retired"
-            if current.offered and not offered
-            else "tool.offered"
-            if offered and not current.offered
-            else "tool.edited"
-        )
+        action = _edit_action(current.offered, offered)
         changed = sorted(k for k in definition if definition[k] != current.definition.get(k))
         _audit_txn(actor, action, row, now, changed=changed + (["secret"] if secret else []))
     declared_refresh()
     return Declaration(row, _history(tool))
+
+
+def _editable_check(changes: dict[str, Any]) -> None:
+    """Refuse (400) a change to anything but ``EDITABLE``, naming the first such field."""
+    unknown = sorted(set(changes) - EDITABLE)
+    if unknown:
+        raise InvalidInput(
+            f"{unknown[0]} cannot be edited (a different name, kind or contract is another "
+            "tool: declare it)"
+            if unknown[0] in ("name", "kind", "contract")
+            else f"{unknown[0]} is not a field of a declared tool",
+            field=unknown[0],
+        )
+
+
+def _locked_at_txn(name: str, version: int | None) -> DeclaredTool:
+    """The declared tool's row, locked, at ``version`` when one is given."""
+    tool = DeclaredTool.objects.select_for_update().filter(pk=name).first()
+    if tool is None:
+        raise NotFound("no such declared tool")
+    if version is not None and version != tool.version:
+        raise TransitionRejected(
+            f"the tool is at version {tool.version}, not {version}: someone edited it first"
+        )
+    return tool
+
+
+def _edit_action(was_offered: bool, offered: bool) -> str:
+    """How the audit names a new version: a retirement, an offer again, or an edit. Pure."""
+    return (
+        "tool.retired"
+        if was_offered and not offered
+        else "tool.offered"
+        if offered and not was_offered
+        else "tool.edited"
+    )
 
 
 def tool_declarations(actor: Actor) -> list[Declaration]:

@@ -46,11 +46,7 @@ BOTTOM = (
 # when it is split, and nothing joins it.
 PENDING_SIZES: frozenset[str] = frozenset(
     {
-        "runtime.approval_gate:approval_release_txn",
-        "runtime.completion:task_complete",
         "runtime.policy",
-        "runtime.signals:signal_send",
-        "runtime.tool_declarations:tool_edit",
     }
 )
 
