@@ -28,6 +28,13 @@ It ends with one line:
 
     RESULT ops_per_s=.. ratio_vs_celery=.. ratio_vs_dbos=.. commits_per_op=.. p50_ms=.. ...
 
+Each part's figures are written to var/bench/parts/<part>.json as the part ends; a part that
+fails (an exception, a timeout) is logged, its file says why, and the run goes on: the report
+and the RESULT line come out with the other parts' figures and end with ``missing=`` naming the
+failed parts and the figures they would have given (exit status 1). WAL bytes come from
+counters (pg_stat_wal, the WAL position moved), never from reading segments a busy server may
+have recycled; the WAL scan that counts commits is skipped for a window whose segment is gone.
+
 BENCH_QUICK=1 runs every part small, as a check of the harness only (its figures mean nothing).
 
 Knobs: WORKERS (2), BENCH_ROUNDS (7), BENCH_OPS (1500 operations per round),
@@ -57,6 +64,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -368,6 +376,7 @@ class Window:
     def __init__(self, bench: Bench, stack: Stack | None = None) -> None:
         self.bench, self.stack = bench, stack
         self.lsn = bench.flush_lsn()
+        self.wal = bench.wal_counters()
         self.xacts = bench.xacts()
         self.redis = redis_calls()
         self.cpu = stack.cpu() if stack else {}
@@ -383,7 +392,9 @@ class Window:
     def close(self, ops: int) -> dict[str, Any]:
         machine = self.machine_end if self.machine_end is not None else machine_busy()
         bench, n = self.bench, max(1, ops)
-        scan = bench.scan(self.lsn, bench.flush_lsn())
+        end = bench.flush_lsn()
+        wal = {k: v - self.wal.get(k, 0) for k, v in bench.wal_counters(self.lsn, end).items()}
+        scan = bench.scan(self.lsn, end)
         xacts = {k: v - self.xacts.get(k, 0) for k, v in bench.xacts().items()}
         cpu = {
             k: v - self.cpu.get(k, 0.0) for k, v in (self.stack.cpu() if self.stack else {}).items()
@@ -396,6 +407,13 @@ class Window:
             "wal_bytes_per_op": scan.wal_bytes.get("bench", 0) / n,
             "dbos_wal_bytes_per_op": scan.wal_bytes.get("dbos", 0) / n,
             "server_wal_bytes": scan.total_bytes,
+            # Counters, no segment read (issue 37): the server's WAL position moved and
+            # pg_stat_wal's bytes, records and full-page images over the window, all databases.
+            "server_wal_lsn_bytes_per_op": wal.get("lsn_bytes", 0) / n,
+            "server_wal_stat_bytes_per_op": wal.get("wal_bytes", 0) / n,
+            "server_wal_records_per_op": wal.get("wal_records", 0) / n,
+            "server_wal_fpi_per_op": wal.get("wal_fpi", 0) / n,
+            "wal_scanned": bool(scan.total_bytes),
             "xacts_per_op": xacts.get("bench", 0) / n,
             "dbos_xacts_per_op": xacts.get("dbos", 0) / n,
             "redis_cmds_per_op": (redis_calls() - self.redis) / n,
@@ -452,11 +470,47 @@ class Bench:
     def xacts(self) -> dict[str, int]:
         return pg_xacts()
 
+    def wal_counters(self, start: str | None = None, end: str | None = None) -> dict[str, int]:
+        """pg_stat_wal's counters (bytes, records, full-page images; PostgreSQL 14 and later)
+        and, given a window, the bytes between its two positions: no WAL segment is read, so a
+        busy server recycling segments cannot take them away (issue 37). Server-wide."""
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute("SELECT wal_bytes::bigint, wal_records, wal_fpi FROM pg_stat_wal")
+            row = cur.fetchone()
+            got = {"wal_bytes": int(row[0]), "wal_records": int(row[1]), "wal_fpi": int(row[2])}
+            if start is not None and end is not None:
+                cur.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", [end, start])
+                got["lsn_bytes"] = int(cur.fetchone()[0])
+        return got
+
+    def segment_kept(self, lsn: str) -> bool:
+        """Whether the WAL segment holding ``lsn`` is still on disk (not yet recycled)."""
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_ls_waldir() WHERE name = pg_walfile_name(%s))",
+                [lsn],
+            )
+            return bool(cur.fetchone()[0])
+
     def scan(self, start: str, end: str) -> WalScan:
         from django.db import OperationalError, connection
 
         empty = WalScan({}, 0, {}, {}, 0)
         if not self.walinspect:
+            return empty
+        try:
+            kept = self.segment_kept(start)
+        except Exception as exc:  # pg_ls_waldir needs pg_monitor: try the scan as before
+            log(f"cannot list the WAL directory ({str(exc).splitlines()[0]})")
+            kept = True
+        if not kept:
+            # Recycled by a busy server: the window's WAL bytes come from the counters alone
+            # (Window.close), commits and commit times are not counted for it.
+            log(f"the window's first WAL segment ({start}) was recycled: no WAL scan for it")
             return empty
         # pg_stat_database's counters reach the view once a backend reports them (at most a
         # second later, at the end of a transaction): the WAL is exact, read it in one go.
@@ -1799,10 +1853,6 @@ def read_rounds(port: int, agent: Agent, seed: dict[str, Any]) -> dict[str, floa
 # --- the run ------------------------------------------------------------------------------------
 
 
-def ratios(ours: list[float], peer: list[float]) -> list[float]:
-    return [o / p for o, p in zip(ours, peer, strict=True) if p]
-
-
 def main() -> int:
     began = time.perf_counter()
     url = bench_database_url()
@@ -1847,17 +1897,19 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             " body jsonb NOT NULL, at timestamptz NOT NULL DEFAULT now())"
         )
     bench = Bench()
+    parts = Parts(OUT)
     log(
         f"workers={WORKERS} rounds={ROUNDS} ops={OPS} agents={AGENT_PROCS} processes x "
         f"{AGENT_CLIENTS} clients quick={QUICK}; {redis_note}"
     )
     agent = bench_agent("bench-path")
     approver = bench_approver()
-    counts = ours_counts(agent)
-    log(
-        f"in-process sample of {SAMPLE}: {counts['round_trips_per_op']:.1f} round trips/op, "
-        f"{counts['commits_per_op']:.2f} write commits/op"
-    )
+    counts = parts.run("counts", ours_counts, agent)
+    if counts is not None:
+        log(
+            f"in-process sample of {SAMPLE}: {counts['round_trips_per_op']:.1f} round trips/op, "
+            f"{counts['commits_per_op']:.2f} write commits/op"
+        )
 
     port, floor_port = free_port(), free_port()
     flush_redis()
@@ -1868,7 +1920,8 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
     extra: dict[str, Any] = {}
     rng = random.Random(SEED)
     try:
-        stack.ready(agent)
+        if parts.run("stack", stack.ready, agent) is None and "stack" in parts.missing:
+            return finish(parts, bench, began, redis_note, counts, rounds, extra)
         if PARTS == "slow":
             slow = slow_tools(bench, stack, agent, "slow")
             _slow_log(slow)
@@ -1879,174 +1932,355 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             _http_log(http)
             print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in _http_result(http).items()))
             return 0
-        noop = celery_pool(WORKERS, env)
-        wait_until(lambda: _floor_up(floor_port, agent.secret), 60, "the floor's web server", 0.2)
+        noop = parts.run("celery_pool", celery_pool, WORKERS, env)
+        parts.run(
+            "floor_up",
+            wait_until,
+            lambda: _floor_up(floor_port, agent.secret),
+            60,
+            "the floor's web server",
+            0.2,
+        )
         log(f"stack up on port {port} (web, worker with {WORKERS} processes, beat)")
         # Each round runs every part once, in its own random order: a noisy minute on a shared
         # host falls on whichever parts ran in it, and no part always runs first or last.
+        round_parts: dict[str, Callable[[int, str], Any]] = {
+            "ours": lambda r, part: ours_http(bench, stack, agent, f"r{r}", OPS),
+            "celery": lambda r, part: celery_round(CELERY_TASKS),
+            "floor": lambda r, part: floor_round(bench, floor_port, floor.pid, agent, f"floor-{r}"),
+            **{c: (lambda r, part: dbos_round(bench, part, f"r{r}-{part}")) for c in DBOS_CONFIGS},
+        }
         for r in range(ROUNDS):
-            order = ["ours", "celery", *DBOS_CONFIGS, "floor"]
+            order = list(round_parts)
             rng.shuffle(order)
             got: dict[str, Any] = {"order": order}
             for part in order:
-                if part == "ours":
-                    got[part] = ours_http(bench, stack, agent, f"r{r}", OPS)
-                elif part == "celery":
-                    got[part] = celery_round(CELERY_TASKS)
-                elif part == "floor":
-                    got[part] = floor_round(bench, floor_port, floor.pid, agent, f"floor-{r}")
-                else:
-                    got[part] = dbos_round(bench, part, f"r{r}-{part}")
+                if part == "celery" and noop is None:
+                    parts.skip(f"r{r}-{part}", "plain Celery's pool did not start")
+                    continue
+                figures = parts.run(f"r{r}-{part}", round_parts[part], r, part)
+                if figures is not None:
+                    got[part] = figures
             rounds.append(got)
-            log(
-                f"round {r + 1}/{ROUNDS}: ours {got['ours']['ops_per_s']:.1f} ops/s "
-                f"(posted {got['ours']['propose_per_s']:.0f}/s), plain Celery "
-                f"{got['celery']['ops_per_s']:.0f}/s, DBOS "
-                + ", ".join(f"{c} {got[c]['ops_per_s']:.0f}" for c in DBOS_CONFIGS)
-                + f", floor {got['floor']['floor_rest_per_s']:.0f}/s"
+            log(f"round {r + 1}/{ROUNDS}: " + round_line(got))
+        headline = [g["ours"]["ops_per_s"] for g in rounds if "ours" in g]
+        rate = max(1.0, median(headline) / 2) if headline else 0.0
+        if rate:
+            extra["paced"] = parts.run(
+                "paced",
+                ours_http,
+                bench,
+                stack,
+                agent,
+                "paced",
+                max(20, int(rate * PACED_SECONDS)),
+                rate=rate,
             )
-        headline = median([g["ours"]["ops_per_s"] for g in rounds])
-        rate = max(1.0, headline / 2)
-        extra["paced"] = ours_http(
-            bench, stack, agent, "paced", max(20, int(rate * PACED_SECONDS)), rate=rate
-        )
-        log(f"paced at {rate:.1f}/s: p50 {extra['paced']['p50_ms']:.1f} ms")
-        mixes: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for m in range(MIX_ROUNDS):
-            order = ["tool_30ms", "budgeted", "approval", "backlog", "batch"]
-            rng.shuffle(order)
-            for mix in order:
-                label = f"{mix}-{m}"
-                if mix == "tool_30ms":
-                    got = ours_http(bench, stack, agent, label, MIX_OPS, params={"seconds": 0.03})
-                elif mix == "budgeted":
-                    got = ours_http(
-                        bench,
-                        stack,
-                        agent,
-                        label,
-                        MIX_OPS,
-                        budget={"tool_calls": 10 * MIX_OPS, "cost_cents": 10**6},
-                    )
-                elif mix == "approval":
-                    got = ours_http(
-                        bench,
-                        stack,
-                        agent,
-                        label,
-                        MIX_OPS,
-                        tool="demo.payments.charge",
-                        params={"account": "acct_bench", "amount_cents": 20000},
-                        approver=approve_all(port, approver),
-                    )
-                elif mix == "backlog":
-                    got = ours_http(bench, stack, agent, label, BACKLOG, hold=True)
-                else:
-                    got = batch_burst(bench, stack, agent, BATCH_OPS, label)
-                mixes[mix].append(got)
-                log(f"{label}: {got['ops_per_s']:.1f} ops/s")
-        extra["mixes"] = dict(mixes)
-        extra["slow_tools"] = slow_tools(bench, stack, agent, "slow")
-        _slow_log(extra["slow_tools"])
-        extra["http_tools"] = http_tools(bench, stack, agent, env)
-        _http_log(extra["http_tools"])
-        reader = bench_agent(f"bench-reads-{READ_TASKS}x{READ_EVENTS}")
-        seed = seed_reads(reader)
-        vacuum()
-        extra["reads"] = read_rounds(port, reader, seed)
-        extra["seed"] = {k: v for k, v in seed.items() if k != "small"}
-        log(
-            f"reads: list p99 {extra['reads']['list_p99_ms']:.1f} ms, timeline p99 "
-            f"{extra['reads']['timeline_p99_ms']:.1f} ms"
-        )
+            if extra["paced"] is not None:
+                log(f"paced at {rate:.1f}/s: p50 {extra['paced']['p50_ms']:.1f} ms")
+        else:
+            parts.skip("paced", "no headline round to pace at half of")
+        extra["mixes"] = mixes(parts, bench, stack, agent, port, approver, rng)
+        extra["slow_tools"] = parts.run("slow_tools", slow_tools, bench, stack, agent, "slow")
+        if extra["slow_tools"] is not None:
+            _slow_log(extra["slow_tools"])
+        extra["http_tools"] = parts.run("http_tools", http_tools, bench, stack, agent, env)
+        if extra["http_tools"] is not None:
+            _http_log(extra["http_tools"])
+        parts.run("reads", reads, extra, port)
     finally:
         if noop is not None:
             stop(noop)
         stop(floor)
         stack.stop()
+    return finish(parts, bench, began, redis_note, counts, rounds, extra)
 
-    ours = [g["ours"]["ops_per_s"] for g in rounds]
-    celery = [g["celery"]["ops_per_s"] for g in rounds]
-    dbos_medians = {c: median([g[c]["ops_per_s"] for g in rounds]) for c in DBOS_CONFIGS}
-    best = max(dbos_medians, key=lambda c: dbos_medians[c])
-    vs_celery = ratios(ours, celery)
-    vs_dbos = ratios(ours, [g[best]["ops_per_s"] for g in rounds])
-    floor_rates = [g["floor"]["floor_rest_per_s"] for g in rounds]
+
+def round_line(got: dict[str, Any]) -> str:
+    def rate(part: str, key: str = "ops_per_s") -> str:
+        return f"{got[part][key]:.1f}" if part in got else "missing"
+
+    return (
+        f"ours {rate('ours')} ops/s (posted {rate('ours', 'propose_per_s')}/s), plain Celery "
+        f"{rate('celery')}/s, DBOS "
+        + ", ".join(f"{c} {rate(c)}" for c in DBOS_CONFIGS)
+        + f", floor {rate('floor', 'floor_rest_per_s')}/s"
+    )
+
+
+def mixes(
+    parts: Parts,
+    bench: Bench,
+    stack: Stack,
+    agent: Agent,
+    port: int,
+    approver: str,
+    rng: random.Random,
+) -> dict[str, list[dict[str, Any]]]:
+    """The realistic mixes beside the headline, BENCH_MIX_ROUNDS rounds in shuffled orders."""
+    runs: dict[str, Callable[[str], Any]] = {
+        "tool_30ms": lambda label: ours_http(
+            bench, stack, agent, label, MIX_OPS, params={"seconds": 0.03}
+        ),
+        "budgeted": lambda label: ours_http(
+            bench,
+            stack,
+            agent,
+            label,
+            MIX_OPS,
+            budget={"tool_calls": 10 * MIX_OPS, "cost_cents": 10**6},
+        ),
+        "approval": lambda label: ours_http(
+            bench,
+            stack,
+            agent,
+            label,
+            MIX_OPS,
+            tool="demo.payments.charge",
+            params={"account": "acct_bench", "amount_cents": 20000},
+            approver=approve_all(port, approver),
+        ),
+        "backlog": lambda label: ours_http(bench, stack, agent, label, BACKLOG, hold=True),
+        "batch": lambda label: batch_burst(bench, stack, agent, BATCH_OPS, label),
+    }
+    got: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in range(MIX_ROUNDS):
+        order = list(runs)
+        rng.shuffle(order)
+        for mix in order:
+            label = f"{mix}-{m}"
+            figures = parts.run(label, runs[mix], label)
+            if figures is not None:
+                got[mix].append(figures)
+                log(f"{label}: {figures['ops_per_s']:.1f} ops/s")
+    return dict(got)
+
+
+def reads(extra: dict[str, Any], port: int) -> dict[str, Any]:
+    reader = bench_agent(f"bench-reads-{READ_TASKS}x{READ_EVENTS}")
+    seed = seed_reads(reader)
+    vacuum()
+    extra["reads"] = read_rounds(port, reader, seed)
+    extra["seed"] = {k: v for k, v in seed.items() if k != "small"}
+    log(
+        f"reads: list p99 {extra['reads']['list_p99_ms']:.1f} ms, timeline p99 "
+        f"{extra['reads']['timeline_p99_ms']:.1f} ms"
+    )
+    return extra["reads"]
+
+
+# --- the figures, whatever parts ended ------------------------------------------------------------
+
+
+class Parts:
+    """Each part's figures, written to BENCH_OUT/parts/<name>.json as the part ends (issue 37):
+    a part that raises is logged with its traceback, its file says why, the run goes on, and
+    the RESULT line names it as missing. What a later part needs from it is missing too."""
+
+    def __init__(self, out: Path) -> None:
+        self.dir = out / "parts"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for old in self.dir.glob("*.json"):
+            old.unlink()
+        self.missing: list[str] = []
+        self.errors: dict[str, str] = {}
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``'s result, written as the part's file; None if it raised
+        (SystemExit included: the bench's own refusals end a part, not the run)."""
+        try:
+            got = fn(*args, **kwargs)
+        except (Exception, SystemExit) as exc:
+            self.skip(name, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            return None
+        self.write(name, {"figures": got})
+        return got
+
+    def skip(self, name: str, why: str, trace: str = "") -> None:
+        log(f"part {name} missing: {why}")
+        if trace:
+            with process_log() as f:
+                f.write(f"bench part {name} failed:\n{trace}".encode())
+        self.missing.append(name)
+        self.errors[name] = why
+        self.write(name, {"error": why, "traceback": trace})
+
+    def write(self, name: str, body: dict[str, Any]) -> None:
+        path = self.dir / f"{name}.json"
+        path.write_text(json.dumps({"part": name, **body}, indent=1, default=str))
+
+
+def measured(values: list[float]) -> float:
+    """The median of the values a figure has; none (its parts missing) is no figure."""
+    return statistics.median(values)
+
+
+def _rounds_of(rounds: list[dict[str, Any]], part: str, key: str) -> list[float]:
+    return [g[part][key] for g in rounds if part in g]
+
+
+def _paired(rounds: list[dict[str, Any]], peer: str, peer_key: str = "ops_per_s") -> list[float]:
+    """Ours over a peer, round by round, in the rounds where both ran."""
+    return [
+        g["ours"]["ops_per_s"] / g[peer][peer_key]
+        for g in rounds
+        if "ours" in g and peer in g and g[peer][peer_key]
+    ]
+
+
+def summarize(
+    rounds: list[dict[str, Any]], extra: dict[str, Any], counts: dict[str, Any] | None
+) -> tuple[dict[str, float], dict[str, Any], list[str]]:
+    """The RESULT line's figures from whatever parts ended: each key computed alone, a key whose
+    parts are missing is left out and named. Returns (result, details, missing keys)."""
+    dbos_medians = {c: median(v) for c in DBOS_CONFIGS if (v := _rounds_of(rounds, c, "ops_per_s"))}
+    best = max(dbos_medians, key=lambda c: dbos_medians[c]) if dbos_medians else ""
+    vs_celery, vs_dbos = _paired(rounds, "celery"), _paired(rounds, best) if best else []
+    ours = _rounds_of(rounds, "ours", "ops_per_s")
 
     def ours_median(key: str) -> float:
-        return median([g["ours"][key] for g in rounds])
+        return measured(_rounds_of(rounds, "ours", key))
 
     def mix_median(name: str) -> float:
-        return median([m["ops_per_s"] for m in extra["mixes"][name]])
+        return measured([m["ops_per_s"] for m in extra["mixes"][name]])
 
-    result = {
-        "ops_per_s": median(ours),
-        "celery_ops_per_s": median(celery),
-        "dbos_ops_per_s": dbos_medians[best],
-        "ratio_vs_celery": median(vs_celery),
-        "ratio_vs_dbos": median(vs_dbos),
-        "commits_per_op": ours_median("commits_per_op"),
-        "p50_ms": extra["paced"]["p50_ms"],
-        "p99_ms": extra["paced"]["p99_ms"],
-        "api_propose_per_s": ours_median("propose_per_s"),
-        "rest_ops_per_s": median(ours),
-        "rest_ratio_vs_celery": median(vs_celery),
-        "web_cpu_ms_per_proposal": ours_median("web_cpu_ms_per_proposal"),
-        "floor_rest_per_s": median(floor_rates),
-        "round_trips_per_op": counts["round_trips_per_op"],
-        "redis_cmds_per_op": ours_median("redis_cmds_per_op"),
-        "batch_ops_per_s": mix_median("batch"),
-        "tool_30ms_ops_per_s": mix_median("tool_30ms"),
-        "budgeted_ops_per_s": mix_median("budgeted"),
-        "approval_ops_per_s": mix_median("approval"),
-        "backlog_ops_per_s": mix_median("backlog"),
-        "list_p99_ms": extra["reads"]["list_p99_ms"],
-        "timeline_p99_ms": extra["reads"]["timeline_p99_ms"],
-        **_slow_result(extra["slow_tools"]),
-        **_http_result(extra["http_tools"]),
+    spec: dict[str, Callable[[], Any]] = {
+        "ops_per_s": lambda: measured(ours),
+        "celery_ops_per_s": lambda: measured(_rounds_of(rounds, "celery", "ops_per_s")),
+        "dbos_ops_per_s": lambda: dbos_medians[best],
+        "ratio_vs_celery": lambda: measured(vs_celery),
+        "ratio_vs_dbos": lambda: measured(vs_dbos),
+        "commits_per_op": lambda: ours_median("commits_per_op"),
+        "wal_kb_per_op": lambda: (
+            measured([wal_bytes(g["ours"]) for g in rounds if "ours" in g]) / 1024
+        ),
+        "p50_ms": lambda: extra["paced"]["p50_ms"],
+        "p99_ms": lambda: extra["paced"]["p99_ms"],
+        "api_propose_per_s": lambda: ours_median("propose_per_s"),
+        "rest_ops_per_s": lambda: measured(ours),
+        "rest_ratio_vs_celery": lambda: measured(vs_celery),
+        "web_cpu_ms_per_proposal": lambda: ours_median("web_cpu_ms_per_proposal"),
+        "floor_rest_per_s": lambda: measured(_rounds_of(rounds, "floor", "floor_rest_per_s")),
+        "round_trips_per_op": lambda: counts["round_trips_per_op"],  # type: ignore[index]
+        "redis_cmds_per_op": lambda: ours_median("redis_cmds_per_op"),
+        "batch_ops_per_s": lambda: mix_median("batch"),
+        "tool_30ms_ops_per_s": lambda: mix_median("tool_30ms"),
+        "budgeted_ops_per_s": lambda: mix_median("budgeted"),
+        "approval_ops_per_s": lambda: mix_median("approval"),
+        "backlog_ops_per_s": lambda: mix_median("backlog"),
+        "list_p99_ms": lambda: extra["reads"]["list_p99_ms"],
+        "timeline_p99_ms": lambda: extra["reads"]["timeline_p99_ms"],
+        "slow_tools": lambda: _slow_result(extra["slow_tools"]),
+        "http_tools": lambda: _http_result(extra["http_tools"]),
     }
-    intervals = {
-        "ratio_vs_celery": bootstrap(vs_celery),
-        "ratio_vs_dbos": bootstrap(vs_dbos),
-        "rest_ratio_vs_celery": bootstrap(vs_celery),
-        "rest_ops_per_s": bootstrap(ours),
-        "ops_per_s": bootstrap(ours),
-    }
-    from bench_report import write_report
-
-    path = write_report(
-        OUT,
-        result=result,
-        details={
-            "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "quick": QUICK,
-            "workers": WORKERS,
-            "rounds": rounds,
-            "round_count": ROUNDS,
-            "ops": OPS,
-            "agent_procs": AGENT_PROCS,
-            "agent_clients": AGENT_CLIENTS,
-            "tool": f"{HEADLINE_TOOL} {json.dumps(HEADLINE_PARAMS)}",
-            "dbos_best": best,
-            "dbos_medians": dbos_medians,
-            "dbos_threads": DBOS_THREADS,
-            "dbos_poll": DBOS_POLL,
-            "intervals": intervals,
-            "ratios": {"celery": vs_celery, "dbos": vs_dbos},
-            "counts": counts,
-            "redis_note": redis_note,
-            "statements_note": bench.statements_note,
-            "walinspect": bench.walinspect,
-            "seed": SEED,
-            "load": os.getloadavg(),
-            "cores": os.cpu_count() or 1,
-            "seconds": time.perf_counter() - began,
-            **extra,
+    result, missing = figures(spec)
+    details = {
+        "rounds": rounds,
+        "dbos_best": best,
+        "dbos_medians": dbos_medians,
+        "ratios": {"celery": vs_celery, "dbos": vs_dbos},
+        "intervals": {
+            k: bootstrap(v)
+            for k, v in (
+                ("ratio_vs_celery", vs_celery),
+                ("ratio_vs_dbos", vs_dbos),
+                ("rest_ratio_vs_celery", vs_celery),
+                ("rest_ops_per_s", ours),
+                ("ops_per_s", ours),
+            )
+            if v
         },
-    )
+    }
+    return result, details, missing
+
+
+def wal_bytes(part: dict[str, Any]) -> float:
+    """A part's WAL bytes per operation: the bench database's from the WAL scan when its
+    segments were still there, else the server's position moved (every database: an upper
+    bound on a shared server)."""
+    if part.get("wal_scanned", True) and part.get("wal_bytes_per_op"):
+        return float(part["wal_bytes_per_op"])
+    return float(part.get("server_wal_lsn_bytes_per_op", 0.0))
+
+
+def figures(spec: dict[str, Callable[[], Any]]) -> tuple[dict[str, float], list[str]]:
+    """Each figure of ``spec`` computed alone (a function may give several, as a dict); the
+    keys whose parts are missing, named instead."""
+    result: dict[str, float] = {}
+    missing: list[str] = []
+    for key, compute in spec.items():
+        try:
+            value = compute()
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
+            missing.append(key)
+            continue
+        if isinstance(value, dict):
+            result.update(value)
+        else:
+            result[key] = float(value)
+    return result, missing
+
+
+def result_line(result: dict[str, float], missing_parts: list[str], missing: list[str]) -> str:
+    """The RESULT line: every figure there is, then what is missing (parts, then keys)."""
+    line = "RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in result.items())
+    if missing_parts or missing:
+        line += " missing=" + ",".join([*missing_parts, *missing])
+    return line
+
+
+def finish(
+    parts: Parts,
+    bench: Bench | None,
+    began: float,
+    redis_note: str,
+    counts: dict[str, Any] | None,
+    rounds: list[dict[str, Any]],
+    extra: dict[str, Any],
+) -> int:
+    """The report and the RESULT line, from whatever parts ended: the full report when every
+    part it shows is there, else result.json and a short report naming what is missing (with
+    each part's file under parts/). Returns 0 when nothing is missing, 1 otherwise."""
+    from bench_report import write_partial_report, write_report
+
+    result, summary, missing = summarize(rounds, extra, counts)
+    details = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": QUICK,
+        "workers": WORKERS,
+        "round_count": ROUNDS,
+        "ops": OPS,
+        "agent_procs": AGENT_PROCS,
+        "agent_clients": AGENT_CLIENTS,
+        "tool": f"{HEADLINE_TOOL} {json.dumps(HEADLINE_PARAMS)}",
+        "dbos_threads": DBOS_THREADS,
+        "dbos_poll": DBOS_POLL,
+        "counts": counts,
+        "redis_note": redis_note,
+        "statements_note": bench.statements_note if bench else "",
+        "walinspect": bench.walinspect if bench else False,
+        "seed": SEED,
+        "load": os.getloadavg(),
+        "cores": os.cpu_count() or 1,
+        "seconds": time.perf_counter() - began,
+        "missing_parts": parts.missing,
+        "part_errors": parts.errors,
+        "missing_keys": missing,
+        **summary,
+        **extra,
+    }
+    try:
+        path = (
+            write_report(OUT, result=result, details=details)
+            if not parts.missing and not missing
+            else write_partial_report(OUT, result=result, details=details)
+        )
+    except Exception:  # the full report's shape needs every part: keep the figures anyway
+        log(f"the report failed, writing the short one:\n{traceback.format_exc()}")
+        path = write_partial_report(OUT, result=result, details=details)
     log(f"report: {path} ({time.perf_counter() - began:.0f} s in all)")
-    print("RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in result.items()), flush=True)
-    return 0
+    print(result_line(result, parts.missing, missing), flush=True)
+    return 1 if parts.missing or missing else 0
 
 
 def _slow_result(slow: dict[str, Any]) -> dict[str, float]:

@@ -286,3 +286,42 @@ def write_report(out: Path, *, result: dict[str, float], details: dict[str, Any]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def write_partial_report(out: Path, *, result: dict[str, float], details: dict[str, Any]) -> Path:
+    """The report of a run in which a part failed (issue 37): the figures there are, what is
+    missing and why, each round's raw figures; the full report needs every part."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(
+        json.dumps({"result": result, "details": details}, indent=2, default=str)
+    )
+    lines = [
+        "# make bench (incomplete)",
+        "",
+        f"{details['when']}; {details['workers']} worker processes; load average at the end "
+        f"{details['load'][0]:.2f}; {details['seconds']:.0f} s in all. Each part's figures, or "
+        "why it failed, are in parts/<part>.json beside this report.",
+        "",
+        "## Missing",
+        "",
+    ]
+    errors = details.get("part_errors", {})
+    for part in details.get("missing_parts", []):
+        lines.append(f"- part `{part}`: {errors.get(part, '')}")
+    for key in details.get("missing_keys", []):
+        lines.append(f"- figure `{key}`: a part it needs is missing")
+    lines += ["", "## The figures there are", "", "| figure | value |", "|---|---:|"]
+    lines += [f"| `{k}` | {_f(v)} |" for k, v in result.items()]
+    lines += ["", "## Every round (raw)", ""]
+    for i, g in enumerate(details.get("rounds", []), 1):
+        lines.append(f"- round {i}, order {' '.join(g.get('order', []))}:")
+        for part, figures in g.items():
+            if part != "order" and isinstance(figures, dict):
+                shown = {k: v for k, v in figures.items() if isinstance(v, int | float)}
+                lines.append(
+                    f"  - {part}: " + ", ".join(f"{k} {_f(float(v))}" for k, v in shown.items())
+                )
+    lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
