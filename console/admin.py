@@ -11,7 +11,7 @@ admin only finds a row by its id (or by the id of a row it points at) and shows 
 its digests and sealed values. No query string filters, sorts or references by any other field
 (a hidden one would answer, row by row, what it does not show). Text is shown as the console
 shows it: every character that hides or reorders text marked (the ``visible`` filter). Who may
-enter: ``runtime.policy.can_use_admin`` (admins); a person signed out goes to the console's
+enter: ``runtime.policy_features.can_use_admin`` (admins); a person signed out goes to the console's
 login page, anyone else signed in gets 403."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from django.utils.html import format_html
 from console.templatetags.visible import visible
 from runtime import policy
 from runtime.actors import actor_for_user
+from runtime.policy_features import can_use_admin
 
 # Apps whose every model is shown (new models appear without a line here).
 APPS = ("runtime", "sandbox")
@@ -226,7 +227,7 @@ class ConsoleAdminSite(admin.AdminSite):
         if cached is None:
             user = request.user
             cached = bool(user.is_authenticated and user.is_active) and policy.allowed(
-                policy.can_use_admin, actor_for_user(int(str(user.pk)), user.get_username())
+                can_use_admin, actor_for_user(int(str(user.pk)), user.get_username())
             )
             request._admin_allowed = cached  # type: ignore[attr-defined]
         return bool(cached)

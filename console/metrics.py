@@ -14,8 +14,8 @@ Two sources, one page:
   aggregated through prometheus_client's multiprocess mode: ``console.server`` gives its
   processes a shared ``PROMETHEUS_MULTIPROC_DIR``.
 
-Who may read it is ``runtime.policy.can_read_metrics``: the scraper presenting ``METRICS_TOKEN``
-as its bearer token, or an admin (docs/security.md)."""
+Who may read it is ``runtime.policy_features.can_read_metrics``: the scraper presenting
+``METRICS_TOKEN`` as its bearer token, or an admin (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ from rest_framework.request import Request
 
 from console.api.auth import BearerTokenAuthentication
 from console.api.errors import classify, error_body
-from runtime import policy
 from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError, NotAuthenticated
 from runtime.executions import executions_live
+from runtime.policy_features import METRICS_SCRAPER, can_read_metrics
 from runtime.selectors import metrics as sel
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -251,7 +251,7 @@ def exposition() -> bytes:
     return generate_latest(_process_registry()) + generate_latest(_DATABASE)
 
 
-# The scraper's principal: the holder of METRICS_TOKEN (runtime.policy.can_read_metrics).
+# The scraper's principal: the holder of METRICS_TOKEN (runtime.policy_features.can_read_metrics).
 def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
 
@@ -269,7 +269,7 @@ def _principal(request: HttpRequest) -> Actor:
     """The METRICS_TOKEN holder, an API token's actor (the API's check and rate limit), or the
     signed-in person; NotAuthenticated for nobody."""
     if _scraper_token(request):
-        return policy.METRICS_SCRAPER
+        return METRICS_SCRAPER
     try:
         found = BearerTokenAuthentication().authenticate(Request(request))
     except exceptions.AuthenticationFailed as exc:
@@ -285,7 +285,7 @@ def _principal(request: HttpRequest) -> Actor:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     try:
-        policy.can_read_metrics(_principal(request))
+        can_read_metrics(_principal(request))
     except DomainError as exc:
         status, code, message = classify(exc) or (403, "not_authorized", "not authorized")
         response = JsonResponse(error_body(code, message), status=status)

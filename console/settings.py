@@ -331,7 +331,7 @@ API_RATE_BURST = _env_int("API_RATE_BURST", 200)
 TOKEN_RECHECK_SECONDS = float(os.environ.get("TOKEN_RECHECK_SECONDS") or 2.0)
 
 # The bearer token a Prometheus scraper presents at /metrics (admins may read it without): unset,
-# only admins can (runtime.policy.can_read_metrics).
+# only admins can (runtime.policy_features.can_read_metrics).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # Demo tools (simulated receivers and fault knobs): on unless production, overridable.

@@ -23,7 +23,7 @@ from runtime.actors import ROLE_ADMIN, SCHEDULER, roles_of_user
 from runtime.errors import ScheduleOwnerInactive
 from runtime.models import ApiToken, Schedule, ScheduleEvent
 
-# The role a person needs to own a schedule: policy.can_create_schedule asks for it at
+# The role a person needs to own a schedule: policy_features.can_create_schedule asks for it at
 # creation, and the owner keeps acting through its schedules only while it holds it.
 SCHEDULE_OWNER_ROLE = ROLE_ADMIN
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
-from runtime import policy
 from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.models import Agent
+from runtime.policy_features import can_manage_tokens, can_mint_agent_token, can_mint_user_token
 from runtime.tokens import IssuedToken, agent_name_checked, token_issue_txn, token_name_checked
 
 
@@ -22,7 +22,7 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
     agent of that name exists (or the minter may not manage tokens), and nothing is created.
 
     Preconditions: ``minter`` is the authenticated caller."""
-    policy.can_manage_tokens(minter)
+    can_manage_tokens(minter)
     name = agent_name_checked(agent_name)
     token_name = token_name_checked(token_name)
     with transaction.atomic():
@@ -33,7 +33,7 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
                 agent, created = Agent.objects.get_or_create(name=name)
         except IntegrityError:
             agent, created = None, False
-        policy.can_mint_agent_token(minter, agent_is_new=created)
+        can_mint_agent_token(minter, agent_is_new=created)
         return token_issue_txn(
             name=token_name or name,
             created_by=minter.label,
@@ -46,12 +46,12 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
 def token_mint_for_user(minter: Actor, username: str, token_name: str | None) -> IssuedToken:
     """A token acting as ``minter`` themself (``username`` must be theirs); NotAuthorized for
     anyone else, and nothing is created. Preconditions as for ``token_mint_for_agent``."""
-    policy.can_manage_tokens(minter)
+    can_manage_tokens(minter)
     token_name = token_name_checked(token_name)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}")
-    policy.can_mint_user_token(minter, user.pk)
+    can_mint_user_token(minter, user.pk)
     with transaction.atomic():
         return token_issue_txn(
             name=token_name or f"{username} script",

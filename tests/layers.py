@@ -46,7 +46,6 @@ BOTTOM = (
 # when it is split, and nothing joins it.
 PENDING_SIZES: frozenset[str] = frozenset(
     {
-        "runtime.policy",
     }
 )
 

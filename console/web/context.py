@@ -7,6 +7,7 @@ from django.http import HttpRequest
 
 from runtime import policy
 from runtime.actors import actor_for_user
+from runtime.policy_features import can_manage_tokens
 
 
 def console_context(request: HttpRequest) -> dict[str, Any]:
@@ -23,5 +24,5 @@ def console_context(request: HttpRequest) -> dict[str, Any]:
         "roles": actor.roles,
         "is_operator": actor.has_role("operator"),
         "is_support": policy.allowed(policy.can_resolve, actor),
-        "is_admin": policy.allowed(policy.can_manage_tokens, actor),
+        "is_admin": policy.allowed(can_manage_tokens, actor),
     }

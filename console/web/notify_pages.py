@@ -19,6 +19,7 @@ from runtime.errors import InvalidInput
 from runtime.models import NotificationEndpoint
 from runtime.models.notifications import Channel, NotificationKind
 from runtime.notifications import endpoints, people
+from runtime.policy_features import can_manage_notification_endpoints
 from runtime.selectors import notifications
 
 
@@ -46,7 +47,7 @@ def _settings_page(
     issued: tuple[NotificationEndpoint, str] | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    admin = policy.allowed(policy.can_manage_notification_endpoints, actor)
+    admin = policy.allowed(can_manage_notification_endpoints, actor)
     context: dict[str, Any] = {
         "pref": notifications.preference_get(actor),
         "account_email": getattr(request.user, "email", ""),

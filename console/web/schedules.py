@@ -1,5 +1,5 @@
 """Schedules for people (/schedules/): each schedule's next runs, its last runs with their tasks,
-and for those who may manage it (policy.can_manage_schedule: admins, in the console) pause,
+and for those who may manage it (can_manage_schedule: admins, in the console) pause,
 resume, trigger now and an edit form. Every console role reads the page."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Schedule
 from runtime.models.schedules import Overlap
+from runtime.policy_features import can_manage_schedule
 from runtime.schedules import services, timing
 from runtime.selectors import schedules
 
@@ -56,7 +57,7 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
                     for t in timing.schedule_next_slots(schedule, 3)
                 ],
                 "runs": runs[schedule.pk],
-                "can_manage": policy.allowed(policy.can_manage_schedule, actor, schedule),
+                "can_manage": policy.allowed(can_manage_schedule, actor, schedule),
                 "input": json_for_editing(template.get("input") or {}),
                 "budget": json_for_editing(template.get("budget") or {}),
                 "checks": json_for_editing(template.get("required_checks") or []),
@@ -83,7 +84,7 @@ def _back(schedule_id: str) -> HttpResponseRedirect:
 @console_view
 def schedule_action(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpResponse:
     # The right first: a person without it gets the 403 page whatever the form says.
-    policy.can_manage_schedule(actor, schedules.schedule_get(actor, schedule_id))
+    can_manage_schedule(actor, schedules.schedule_get(actor, schedule_id))
     action = request.POST.get("action", "")
     reason = request.POST.get("reason", "")[:2000]
     try:
@@ -173,7 +174,7 @@ def _changes(request: HttpRequest) -> tuple[dict[str, Any], int | None]:
 @console_view
 def schedule_edit(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpResponse:
     before: Schedule = schedules.schedule_get(actor, schedule_id)
-    policy.can_manage_schedule(actor, before)
+    can_manage_schedule(actor, before)
     try:
         changes, version = _changes(request)
         schedule = services.schedule_edit(actor, schedule_id, changes, version=version)

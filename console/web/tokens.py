@@ -1,5 +1,5 @@
 """API token management for admins (/tokens/): create (shown once), list, revoke. The right is
-policy.can_manage_tokens, asked here and before each change; a token acts only as the admin
+can_manage_tokens, asked here and before each change; a token acts only as the admin
 who mints it or as a new agent (policy.can_mint_*); the changes are audited by the token
 services."""
 
@@ -11,10 +11,11 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.web.views import console_view
-from runtime import policy, token_minting, tokens
+from runtime import token_minting, tokens
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
 from runtime.models import ApiToken
+from runtime.policy_features import can_manage_tokens
 
 
 def _page(request: HttpRequest, issued: tokens.IssuedToken | None = None) -> HttpResponse:
@@ -29,7 +30,7 @@ def _page(request: HttpRequest, issued: tokens.IssuedToken | None = None) -> Htt
 @require_http_methods(["GET", "POST"])
 @console_view
 def token_page(request: HttpRequest, actor: Actor) -> HttpResponse:
-    policy.can_manage_tokens(actor)
+    can_manage_tokens(actor)
     if request.method != "POST":
         return _page(request)
     kind = request.POST.get("kind", "")
@@ -48,7 +49,7 @@ def token_page(request: HttpRequest, actor: Actor) -> HttpResponse:
 @require_POST
 @console_view
 def token_revoke(request: HttpRequest, actor: Actor, token_id: str) -> HttpResponse:
-    policy.can_manage_tokens(actor)
+    can_manage_tokens(actor)
     token = ApiToken.objects.filter(pk=token_id).first()
     if token is None:
         raise NotFound("no such token")

@@ -14,7 +14,7 @@ from runtime.ids import new_id
 from runtime.models import AuditRecord, NotificationEndpoint
 from runtime.models.notifications import Channel, NotificationKind
 from runtime.notify_secrets import endpoint_secret, url_hint, url_seal, url_validate
-from runtime.policy import can_manage_notification_endpoints
+from runtime.policy_features import can_manage_notification_endpoints
 
 K = NotificationKind
 

@@ -15,7 +15,7 @@ from runtime.actors import Actor
 from runtime.errors import Conflict, TransitionRejected
 from runtime.models import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.schedules import Overlap, RunStatus, SkipReason
-from runtime.policy import can_create_schedule, can_manage_schedule
+from runtime.policy_features import can_create_schedule, can_manage_schedule
 from runtime.schedule_owners import owner_can_act_check
 from runtime.schedules.firing import slot_claim_txn, slot_start_txn
 from runtime.schedules.specs import (

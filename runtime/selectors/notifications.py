@@ -9,12 +9,8 @@ from runtime.actors import Actor
 from runtime.errors import NotAuthorized
 from runtime.models import Notification, NotificationEndpoint, NotificationPreference, TaskWatch
 from runtime.notify_secrets import endpoints, url_hint
-from runtime.policy import (
-    can_manage_notification_endpoints,
-    can_use_console,
-    fresh,
-    notification_scope,
-)
+from runtime.policy import can_use_console, fresh
+from runtime.policy_features import can_manage_notification_endpoints, notification_scope
 
 
 def person_of(actor: Actor) -> int:

@@ -11,7 +11,7 @@ from django.db.models.functions import RowNumber
 from runtime.actors import Actor
 from runtime.errors import NotFound
 from runtime.models import Schedule, ScheduleEvent, ScheduleRun
-from runtime.policy import schedule_scope
+from runtime.policy_features import schedule_scope
 
 
 def schedule_get(actor: Actor, schedule_id: str) -> Schedule:

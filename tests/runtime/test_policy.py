@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group
 from runtime import policy
 from runtime.errors import NotAuthenticated, NotAuthorized
 from runtime.models import Approval, Operation
+from runtime.policy_features import can_manage_tokens
 from tests import factories
 from tests.concurrency import gate_at, in_thread
 from tests.streams import session_of
@@ -41,7 +42,7 @@ def test_rights_on_an_agents_task(people):
     assert _holders(policy.can_claim, people, op) == {"owner"}
     assert _holders(policy.can_cancel, people, task) == {"owner", "admin"}
     assert _holders(policy.can_resolve, people) == {"support", "admin"}
-    assert _holders(policy.can_manage_tokens, people) == {"admin"}
+    assert _holders(can_manage_tokens, people) == {"admin"}
     assert _holders(policy.can_use_console, people) == {"operator", "support", "admin", "creator"}
 
 
@@ -86,12 +87,12 @@ def test_human_side_rights(people):
 
 def test_a_role_taken_away_is_gone_at_the_next_decision(people):
     admin = people["admin"]
-    policy.can_manage_tokens(admin)
+    can_manage_tokens(admin)
     Group.objects.get(name="admin").user_set.clear()
     # The actor object still carries the old roles; the policy reads them afresh.
     assert "admin" in admin.roles
     with pytest.raises(NotAuthorized):
-        policy.can_manage_tokens(admin)
+        can_manage_tokens(admin)
 
 
 def test_the_scope_rule_in_sql_selects_what_the_queryset_selects(people):
