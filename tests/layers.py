@@ -44,10 +44,7 @@ BOTTOM = (
 
 # Modules and functions over the limits while issue 35 splits them: each entry leaves this list
 # when it is split, and nothing joins it.
-PENDING_SIZES: frozenset[str] = frozenset(
-    {
-    }
-)
+PENDING_SIZES: frozenset[str] = frozenset()
 
 
 def limits() -> dict[str, int]:
