@@ -9,6 +9,7 @@ import re
 from runtime.models import CheckResult, Event, Operation, Signal, Task
 from runtime.rules.statuses import OperationStatus
 from runtime.simulation.catalog import HOSTILE_STEPS, Held
+from runtime.simulation.facts import contract
 from runtime.simulation.people import People
 from runtime.simulation.schedule import Step
 
@@ -49,29 +50,28 @@ class World(People):
 
     def _after_lost_answer(self, held: Held, step: Step) -> str:
         """Aimed at a call whose receiver acted but whose answer was lost, once its "unknown"
-        report was accepted and the work waits for its retry: a repeat of that very call (the
-        lookup or replay must find what the receiver holds), or an ending of its task decided
-        while the outcome is still unknown (it must go to a person); or, a third of the time,
-        nothing yet. Chosen by the step's numbers, as every aim is."""
+        report was accepted and the work waits for its retry, chosen by the step's numbers: a
+        repeat of that very call once its retry is due (the lookup or replay must find what the
+        receiver holds), or an ending of its task decided while the outcome is still unknown
+        (it must go to a person)."""
         op_id, generation = held.lease.operation_id, held.lease.lease_generation
         call = self.facts.calls.get((op_id, generation))
         if call is None or not call.reached or call.outcome != "unknown":
             return ""
         op = Operation.objects.filter(pk=op_id, status=S.RETRY_SCHEDULED).first()
-        if op is None:
+        if op is None or contract(op.tool) == "pure":  # nothing to fear from a pure tool
             return ""
-        way = (step.a // 11) % 3
-        if way == 0:
-            again, note = self._claim(op_id, (held.worker + 1) % len(self.workers), step)
+        if (step.a // 11) % 2 == 0:
+            note = self._to(op.next_attempt_at) if op.next_attempt_at else "due"
+            again, claimed = self._claim(op_id, (held.worker + 1) % len(self.workers), step)
+            note += "; " + claimed
             if again is not None:
                 note += "; " + self._call(again, step.a)
             return "; repeat: " + note
-        if way == 1:
-            how = ("cancel", "fail", "complete")[(step.b // 7) % 3]
-            if how == "complete":
-                return "; then " + self._complete(op.task_id, "end_unresolved")
-            return "; then " + self._stop(how, step.b // 21, op.task_id)
-        return ""
+        how = ("cancel", "fail", "complete")[(step.b // 7) % 3]
+        if how == "complete":
+            return "; then " + self._complete(op.task_id, "end_unresolved")
+        return "; then " + self._stop(how, step.b // 21, op.task_id)
 
     def coverage(self) -> dict[str, int]:
         """What the run got to exercise (printed by the command; the tests require some)."""

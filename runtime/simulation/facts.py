@@ -131,6 +131,19 @@ class Facts:
     def called(self, op: str, generation: int, call: Call) -> None:
         self.calls[(op, generation)] = call
 
+    def acted_unknown(self) -> set[str]:
+        """Operations of a tool with effects with a call that reached its receiver (which may
+        have acted) and whose answer nobody has confirmed since: the work a stop must leave to
+        a person."""
+        return {
+            op
+            for (op, generation), call in self.calls.items()
+            if call.reached
+            and call.outcome == "unknown"
+            and generation in self.doubt.get(op, ())
+            and contract(self.tool_of.get(op, "")) != "pure"
+        }
+
     def accept(self, op: str, generation: int, report: Any) -> None:
         """The runtime accepted ``report`` under this claim."""
         self.accepted[(op, generation)] = report

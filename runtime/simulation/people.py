@@ -64,8 +64,10 @@ class People(Sweeper):
         return self._task_call(step, "resume", paused=True)
 
     def do_stop_live(self, step: Step) -> str:
-        """A stop aimed at a task with work in flight or a call nobody confirmed: cancelled,
-        failed, paused, or completed leaving what is unresolved to people."""
+        """A stop aimed at a task with work in flight or a call nobody confirmed (half the time
+        one whose receiver was reached and whose answer is unknown, when there is one):
+        cancelled, failed, paused, or completed leaving what is unresolved to people."""
+        acted = {self.facts.task_of[op] for op in self.facts.acted_unknown()}
         doubtful = {
             self.facts.task_of[op]
             for op, gens in self.facts.doubt.items()
@@ -73,6 +75,8 @@ class People(Sweeper):
         }
         busy = {h.lease.operation.task_id for h in self.held + self.stalled} | doubtful
         live = [t for t in self._live() if t in busy] or self._live()
+        if step.a % 2 == 0:
+            live = [t for t in live if t in acted] or live
         task_id = self._pick(live, step.a)
         if task_id is None:
             return "nothing live"
