@@ -205,16 +205,53 @@
   // What cannot be undone asks first: a submit button (or its form) carrying data-confirm
   // names what will happen; dismissing the question sends nothing. "{count}" in the text is
   // the number of ticked "selected" boxes that belong to the form (bulk decisions).
+  function ticked(form) {
+    return Array.prototype.filter.call(form.elements, function (c) {
+      return c.name === "selected" && c.checked;
+    });
+  }
+
+  // 1234567 cents in "EUR" as "12,345.67 EUR": the sum of several requests' amounts.
+  function money(cents, code) {
+    var abs = Math.abs(cents);
+    var major = Math.floor(abs / 100).toLocaleString("en-US");
+    return (cents < 0 ? "-" : "") + major + "." + String(abs % 100).padStart(2, "0") + " " + code;
+  }
+
+  // Approving several requests whose tools act outside the console (data-confirm-release on the
+  // button) asks with each one's line (tool, key parameters, amount) and the amounts summed by
+  // currency; when none of the ticked requests has effects, nothing is asked.
+  function releaseQuestion(form, template) {
+    var boxes = ticked(form);
+    var lines = [];
+    var sums = {};
+    boxes.forEach(function (b) {
+      if (!b.hasAttribute("data-release")) return;
+      lines.push("• " + b.getAttribute("data-release"));
+      var cents = parseInt(b.getAttribute("data-cents"), 10);
+      if (isNaN(cents)) return;
+      var code = b.getAttribute("data-currency") || "USD";
+      sums[code] = sums[code] || { cents: 0, n: 0 };
+      sums[code].cents += cents;
+      sums[code].n += 1;
+    });
+    if (!lines.length) return null;
+    var total = Object.keys(sums).filter(function (code) { return sums[code].n > 1; })
+      .map(function (code) { return money(sums[code].cents, code) + " (" + sums[code].cents + " cents)"; });
+    return template.split("{count}").join(String(boxes.length))
+      .split("{lines}").join(lines.join("\n"))
+      .split("{total}").join(total.length ? "\nIn all: " + total.join(", ") : "");
+  }
+
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
     var button = ev.submitter;
-    var text = (button && button.getAttribute("data-confirm")) || form.getAttribute("data-confirm");
+    var release = button && button.getAttribute("data-confirm-release");
+    var text = release ? releaseQuestion(form, release)
+      : (button && button.getAttribute("data-confirm")) || form.getAttribute("data-confirm");
     if (!text) return;
     if (text.indexOf("{count}") >= 0) {
-      var n = Array.prototype.filter.call(form.elements, function (c) {
-        return c.name === "selected" && c.checked;
-      }).length;
-      text = text.split("{count}").join(String(n));
+      text = text.split("{count}").join(String(ticked(form).length));
     }
     if (!window.confirm(text)) ev.preventDefault();
   }, true);

@@ -20,10 +20,7 @@ def money(params: Any) -> str | None:
     cents = params.get("amount_cents")
     if not isinstance(cents, int) or isinstance(cents, bool):
         return None
-    code = params.get("currency")
-    if not (isinstance(code, str) and len(code) == 3 and code.isascii() and code.isalpha()):
-        code = DEFAULT_CURRENCY
-    code = code.upper()
+    code = currency_of(params)
     major = f"{Decimal(abs(cents)).scaleb(-2):,.2f}"  # exact: no float rounding of large sums
     sign = "-" if cents < 0 else ""
     symbol = _SYMBOLS.get(code)
@@ -49,3 +46,37 @@ def elapsed(seconds: float) -> str:
     if seconds < 10:
         return f"{max(0.0, seconds):.1f}s"
     return waited(datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(seconds, UTC))
+
+
+def currency_of(params: Any) -> str:
+    """The ISO 4217 code ``money`` writes ``params``' amount in."""
+    code = params.get("currency") if isinstance(params, dict) else None
+    if isinstance(code, str) and len(code) == 3 and code.isascii() and code.isalpha():
+        return code.upper()
+    return DEFAULT_CURRENCY
+
+
+_SHOWN_PARAMS = 4
+_SHOWN_CHARS = 40
+
+
+def what_runs(tool: str, params: Any) -> str:
+    """A tool and its key parameters as a person checks them before releasing the call:
+    "demo.payments.charge with account acct-42, amount 12000 cents". Scalars first, by name,
+    at most four, each cut at 40 characters; the amount is named by ``money`` elsewhere."""
+    if not isinstance(params, dict) or not params:
+        return tool
+    shown = []
+    for key in sorted(params, key=lambda k: (isinstance(params[k], dict | list), k)):
+        if key in ("amount_cents", "currency"):
+            continue
+        value = params[key]
+        text = (
+            "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else str(value)
+        )
+        if len(text) > _SHOWN_CHARS:
+            text = text[: _SHOWN_CHARS - 1] + "…"
+        shown.append(f"{key} {text}")
+    more = len(shown) - _SHOWN_PARAMS
+    words = ", ".join(shown[:_SHOWN_PARAMS]) + (f" and {more} more" if more > 0 else "")
+    return f"{tool} with {words}" if words else tool

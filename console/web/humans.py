@@ -15,18 +15,20 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console.api.parsers import json_problem
+from console.templatetags.visible import visible
 from console.web import history
-from console.web.formats import money, waited
+from console.web.formats import currency_of, money, waited, what_runs
 from console.web.views import console_view, json_text, time_left
 from runtime import approvals, control, policy, waits
 from runtime import events as journal
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
-from runtime.models import Operation
+from runtime.models import Approval, Operation
 from runtime.rules.statuses import ApprovalStatus
 from runtime.selectors.approvals import approval_list, params_diff, pending_approval_tools
 from runtime.selectors.waits import expired_waits_with_approvals
 from runtime.text import char_hidden
+from runtime.tools.base import Contract, contract_of
 
 # Why a decision was not taken, in the words of the sentence "Nothing was decided on X: ...".
 _CODES = {
@@ -101,9 +103,32 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 "left": time_left(a.expires_at, now),
                 "waited": waited(a.created_at, now),
                 "refusal": policy.approval_decision_refusal(person, a),
+                **_release_words(a),
             }
         )
     return rows
+
+
+def _release_words(a: Approval) -> dict[str, Any]:
+    """What approving releases, for a tool with effects outside the console (any contract but
+    pure): the Approve button's question (the amount, the tool and its key parameters) and the
+    line "Approve selected" lists for it. A pure tool's approval asks nothing."""
+    if contract_of(a.tool) == Contract.PURE:
+        return {"effects": False}
+    amount = money(a.params)
+    what = visible(what_runs(a.tool, a.params), "text")
+    cents = a.params.get("amount_cents") if isinstance(a.params, dict) else None
+    return {
+        "effects": True,
+        "approve_question": (
+            f"Approve request {a.pk}"
+            + (f" and release {amount}" if amount else "")
+            + f"? What will run: {what}. It runs at once and cannot be undone."
+        ),
+        "release_line": f"{a.pk}: {what}" + (f", {amount}" if amount else ""),
+        "cents": cents if amount else None,
+        "currency": currency_of(a.params),
+    }
 
 
 def _expired_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]]:

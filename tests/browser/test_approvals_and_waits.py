@@ -70,6 +70,7 @@ def test_an_operator_sees_a_request_arrive_live_approves_it_and_it_is_charged_on
     expect(other_card).to_have_count(0)
     assert page.evaluate("window.__marker") == 1
 
+    page.once("dialog", lambda d: d.accept())  # it names the amount (test_guarded_release.py)
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("ul.messages")).to_contain_text("approved")
     expect(page.locator("#approvals-empty")).to_be_visible()
@@ -128,6 +129,7 @@ def test_an_operator_edits_a_proposal_and_a_second_operator_approves_the_new_ver
         second.goto(f"{server.url}/approvals/")
         other_card = second.locator(f'section.approval[data-approval="{new.pk}"]')
         expect(other_card).to_contain_text("proposal v2")
+        second.once("dialog", lambda d: d.accept())
         other_card.get_by_role("button", name="Approve", exact=True).click()
         expect(second.locator("ul.messages")).to_contain_text(f"Request {new.pk} is approved")
     finally:

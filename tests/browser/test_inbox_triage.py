@@ -226,8 +226,10 @@ def test_keyboard_shortcuts_walk_approve_deny_and_edit_but_never_while_typing(pa
     page.locator("h1").click()
     page.keyboard.press("j")
     assert _current(page) == second.pk
-    page.keyboard.press("a")
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.keyboard.press("a")  # the same question as the button, naming the amount
     expect(page.locator("ul.messages")).to_contain_text(f"Request {second.pk} is approved")
+    assert f"Approve request {second.pk} and release $250.00" in asked[-1]
     assert Approval.objects.get(pk=second.pk).status == "approved"
     assert Operation.objects.get(pk=second.operation_id).status != "waiting_approval"
     assert page.page_errors == []  # type: ignore[attr-defined]

@@ -45,6 +45,7 @@ def test_a_decision_sent_without_its_cookie_is_not_taken_and_the_person_is_back_
     card = page.locator(f'section.approval[data-approval="{approval.pk}"]')
 
     page.context.clear_cookies(name=lost)
+    page.once("dialog", lambda d: d.accept())  # the amount, named (test_guarded_release.py)
     card.get_by_role("button", name="Approve", exact=True).click()
     if lost == "sessionid":
         page.wait_for_url(f"{server.url}/login/**")
@@ -62,6 +63,7 @@ def test_a_decision_sent_without_its_cookie_is_not_taken_and_the_person_is_back_
     assert Operation.objects.get(pk=op.pk).status == "waiting_approval"
 
     # Still there, and taken this time.
+    page.once("dialog", lambda d: d.accept())
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("ul.messages")).to_contain_text(
         f"Request {approval.pk} is approved: its action runs now."
