@@ -45,7 +45,9 @@ BENCH_MIX_OPS (600), BENCH_MIX_ROUNDS (3), BENCH_BACKLOG (600), BENCH_BATCH_OPS 
 BENCH_READ_EVENTS (1000000), BENCH_READ_TASKS (10000), BENCH_READ_REQUESTS (200),
 BENCH_SLOW_OPS (400), BENCH_SLOW_SECONDS (1), BENCH_SLOW_FULL_SECONDS (15), BENCH_HTTP_OPS (2000),
 BENCH_HTTP_ROUNDS (3), BENCH_HTTP_DELAY_MS (50), BENCH_PARTS (all; slow: the stack and the slow
-tools' part only; http: the stack and the HTTP tools' part only),
+tools' part only; http: the stack and the HTTP tools' part only; peers: rounds of ours, the
+floor and the peers over HTTP, drf_celery and dbos_http, only), BENCH_DBOS_DB
+(agent_console_bench_dbos),
 BENCH_TIMEOUT (300 s), BENCH_SEED (1), BENCH_PRIVATE_REDIS (1), BENCH_OUT (var/bench).
 """
 
@@ -122,7 +124,8 @@ OUT = Path(os.environ.get("BENCH_OUT", str(ROOT / "var" / "bench")))
 # The headline's tool: no quick_calls, so every operation takes the one-operation path; its
 # receiver records the call (two autocommit writes, counted apart as the receiver's).
 HEADLINE_TOOL, HEADLINE_PARAMS = "demo.slow", {"seconds": 0}
-DBOS_DB = "agent_console_bench_dbos"
+# A run on its own database (a helper beside `make bench`) names its own DBOS database.
+DBOS_DB = os.environ.get("BENCH_DBOS_DB", "agent_console_bench_dbos")
 DBOS_CONFIGS = ("direct-1", f"direct-{WORKERS}", "queue-1", f"queue-{WORKERS}")
 
 
@@ -1654,7 +1657,7 @@ def floor_round(bench: Bench, port: int, pid: int, agent: Agent, label: str) -> 
             "path": "/api/v1/floor",
         },
     )
-    cpu = cpu_seconds([pid])
+    cpu = server_cpu(pid)
     window = Window(bench)
     start = agents.start()
     ops, errors = agents.results()
@@ -1664,8 +1667,160 @@ def floor_round(bench: Bench, port: int, pid: int, agent: Agent, label: str) -> 
     answered = max(o[3] for o in ops)
     return {
         "floor_rest_per_s": FLOOR_REQUESTS / max(1e-9, answered - start),
-        "web_cpu_ms_per_request": (cpu_seconds([pid]) - cpu) * 1000 / FLOOR_REQUESTS,
+        "web_cpu_ms_per_request": (server_cpu(pid) - cpu) * 1000 / FLOOR_REQUESTS,
         "commits_per_op": counts["commits_per_op"],
+        "machine_cpu_ms_per_op": counts["machine_cpu_ms_per_op"],
+    }
+
+
+# --- the peers over HTTP (issue 37) ---------------------------------------------------------------
+
+
+PEER_PARTS = ("drf_celery", "dbos_http")
+# BENCH_PARTS=peers: these parts each round, these keys in the RESULT line.
+PEER_ROUND_PARTS = ("ours", "floor", *PEER_PARTS)
+PEER_KEYS = (
+    "ops_per_s",
+    "drf_celery_ops_per_s",
+    "dbos_http_ops_per_s",
+    "ratio_vs_drf_celery",
+    "ratio_vs_dbos_http",
+    "cpu_ratio_vs_floor",
+    "web_cpu_ratio_vs_floor",
+    "web_concurrency",
+    "commits_per_op",
+    "wal_kb_per_op",
+    "api_propose_per_s",
+    "web_cpu_ms_per_proposal",
+    "floor_rest_per_s",
+    "round_trips_per_op",
+)
+
+
+def peer_tables() -> None:
+    """The drf_celery peer's table: the row its view inserts and its task marks done."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS bench_peer (id bigserial PRIMARY KEY, actor text NOT NULL,"
+            " step text NOT NULL, at timestamptz NOT NULL DEFAULT now(), done_at timestamptz)"
+        )
+
+
+def peer_server(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """deploy/bench_peers.py's views served as the floor is (console.server, the console's
+    settings, edge, middleware and pool), in a process of their own so DBOS, launched at the
+    first DBOS request, runs beside the peers and not beside the floor."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "console.server", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env={
+            **env,
+            "DJANGO_SETTINGS_MODULE": "bench_floor",
+            "PYTHONPATH": f"{DEPLOY}{os.pathsep}{ROOT}",
+            "WEB_LOG_LEVEL": "warning",
+            "BENCH_DBOS_URL": dbos_url(),
+            "DBOS_POOL": str(DBOS_THREADS),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=process_log(),
+    )
+
+
+def _peer_post(port: int, secret: str, route: str) -> bool:
+    try:
+        c = Client(port, secret)
+        try:
+            step = f"warm-{uuid.uuid4().hex}"
+            return c.request("POST", f"/api/v1/peers/{route}", {"step": step})[0] == 201
+        finally:
+            c.close()
+    except OSError:
+        return False
+
+
+def peers_up(port: int, secret: str) -> None:
+    """The peers' server answers, and DBOS is launched in it (its first request)."""
+    for route in ("drf_celery", "dbos"):
+        wait_until(
+            lambda route=route: _peer_post(port, secret, route), 90, f"the {route} peer", 0.2
+        )
+
+
+def server_cpu(pid: int) -> float:
+    return cpu_seconds([pid, *descendants(pid)])
+
+
+def peer_round(
+    bench: Bench, port: int, pid: int, agent: Agent, peer: str, label: str
+) -> dict[str, Any]:
+    """One peer for one round: OPS requests over HTTP by the agent processes, as ours; from the
+    first send to the last operation done (drf_celery: the row's ``done_at``, set by its Celery
+    task; dbos_http: the workflow's ``updated_at`` once SUCCESS)."""
+    from django.db import connection
+
+    prefix = f"{label}-{uuid.uuid4().hex[:8]}"
+    route = "drf_celery" if peer == "drf_celery" else "dbos"
+    agents = Agents(
+        port,
+        agent.secret,
+        {
+            "tasks": ["-"],
+            "count": OPS,
+            "rate": 0,
+            "tool": peer,
+            "params": {},
+            "label": prefix,
+            "path": f"/api/v1/peers/{route}",
+        },
+    )
+    if peer == "dbos_http":
+        dbos_sql("VACUUM (ANALYZE)")
+
+        def finished() -> tuple[int, float]:
+            rows = dbos_sql(
+                "SELECT count(*), max(updated_at) FROM dbos.workflow_status "
+                "WHERE workflow_uuid LIKE %s AND status = 'SUCCESS'",
+                [f"{prefix}-%"],
+            )
+            return int(rows[0][0]), float(rows[0][1] or 0) / 1000
+    else:
+        with connection.cursor() as cur:
+            cur.execute("VACUUM (ANALYZE) bench_peer")
+
+        def finished() -> tuple[int, float]:
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT count(*), extract(epoch FROM max(done_at)) FROM bench_peer "
+                    "WHERE step LIKE %s AND done_at IS NOT NULL",
+                    [f"{prefix}-%"],
+                )
+                n, end = cur.fetchone()
+            return int(n), float(end or 0)
+
+    cpu = server_cpu(pid)
+    window = Window(bench)
+    start = agents.start()
+    ops, errors = agents.results()
+    if errors:
+        raise SystemExit(f"bench: {len(errors)} {peer} requests failed, e.g. {errors[0]}")
+    web = server_cpu(pid) - cpu
+    wait_until(lambda: finished()[0] >= OPS, TIMEOUT, f"the {peer} peer to drain", every=0.02)
+    window.mark()
+    counts = window.close(OPS)
+    end = finished()[1]
+    answered = max(o[3] for o in ops)
+    return {
+        "ops_per_s": OPS / max(1e-9, end - start),
+        "propose_per_s": OPS / max(1e-9, answered - start),
+        "web_cpu_ms_per_request": web * 1000 / OPS,
+        "commits_per_op": counts["commits_per_op"],
+        "dbos_commits_per_op": counts["dbos_commits_per_op"],
+        "wal_bytes_per_op": counts["wal_bytes_per_op"] + counts["dbos_wal_bytes_per_op"],
+        "wal_scanned": counts["wal_scanned"],
+        "server_wal_lsn_bytes_per_op": counts["server_wal_lsn_bytes_per_op"],
+        "redis_cmds_per_op": counts["redis_cmds_per_op"],
         "machine_cpu_ms_per_op": counts["machine_cpu_ms_per_op"],
     }
 
@@ -1896,6 +2051,7 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, actor text NOT NULL,"
             " body jsonb NOT NULL, at timestamptz NOT NULL DEFAULT now())"
         )
+    peer_tables()
     bench = Bench()
     parts = Parts(OUT)
     log(
@@ -1911,10 +2067,11 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             f"{counts['commits_per_op']:.2f} write commits/op"
         )
 
-    port, floor_port = free_port(), free_port()
+    port, floor_port, peers_port = free_port(), free_port(), free_port()
     flush_redis()
     stack = Stack(env, port)
     floor = floor_server(floor_port, env)
+    peers = peer_server(peers_port, env)
     noop = None
     rounds: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
@@ -1941,6 +2098,9 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             "the floor's web server",
             0.2,
         )
+        peers_ok = parts.run("peers_up", peers_up, peers_port, agent.secret) is not None or (
+            "peers_up" not in parts.missing
+        )
         log(f"stack up on port {port} (web, worker with {WORKERS} processes, beat)")
         # Each round runs every part once, in its own random order: a noisy minute on a shared
         # host falls on whichever parts ran in it, and no part always runs first or last.
@@ -1949,14 +2109,23 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             "celery": lambda r, part: celery_round(CELERY_TASKS),
             "floor": lambda r, part: floor_round(bench, floor_port, floor.pid, agent, f"floor-{r}"),
             **{c: (lambda r, part: dbos_round(bench, part, f"r{r}-{part}")) for c in DBOS_CONFIGS},
+            **{
+                c: (lambda r, part: peer_round(bench, peers_port, peers.pid, agent, part, f"r{r}"))
+                for c in PEER_PARTS
+            },
         }
+        if PARTS == "peers":  # the peers over HTTP beside ours and the floor, nothing else
+            round_parts = {k: v for k, v in round_parts.items() if k in PEER_ROUND_PARTS}
         for r in range(ROUNDS):
             order = list(round_parts)
             rng.shuffle(order)
             got: dict[str, Any] = {"order": order}
             for part in order:
-                if part == "celery" and noop is None:
+                if part in ("celery", "drf_celery") and noop is None:
                     parts.skip(f"r{r}-{part}", "plain Celery's pool did not start")
+                    continue
+                if part in PEER_PARTS and not peers_ok:
+                    parts.skip(f"r{r}-{part}", "the peers' server did not start")
                     continue
                 figures = parts.run(f"r{r}-{part}", round_parts[part], r, part)
                 if figures is not None:
@@ -1965,6 +2134,8 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
             log(f"round {r + 1}/{ROUNDS}: " + round_line(got))
         headline = [g["ours"]["ops_per_s"] for g in rounds if "ours" in g]
         rate = max(1.0, median(headline) / 2) if headline else 0.0
+        if PARTS == "peers":
+            return finish(parts, bench, began, redis_note, counts, rounds, extra)
         if rate:
             extra["paced"] = parts.run(
                 "paced",
@@ -1992,6 +2163,7 @@ def run(env: dict[str, str], began: float, redis_note: str) -> int:
         if noop is not None:
             stop(noop)
         stop(floor)
+        stop(peers)
         stack.stop()
     return finish(parts, bench, began, redis_note, counts, rounds, extra)
 
@@ -2004,7 +2176,8 @@ def round_line(got: dict[str, Any]) -> str:
         f"ours {rate('ours')} ops/s (posted {rate('ours', 'propose_per_s')}/s), plain Celery "
         f"{rate('celery')}/s, DBOS "
         + ", ".join(f"{c} {rate(c)}" for c in DBOS_CONFIGS)
-        + f", floor {rate('floor', 'floor_rest_per_s')}/s"
+        + f", floor {rate('floor', 'floor_rest_per_s')}/s, "
+        + ", ".join(f"{c} {rate(c)}/s" for c in PEER_PARTS)
     )
 
 
@@ -2110,6 +2283,15 @@ class Parts:
         path.write_text(json.dumps({"part": name, **body}, indent=1, default=str))
 
 
+def _over_floor(rounds: list[dict[str, Any]], ours_key: str, floor_key: str) -> list[float]:
+    """Ours' cost per operation over the floor's per request, round by round."""
+    return [
+        g["ours"][ours_key] / g["floor"][floor_key]
+        for g in rounds
+        if "ours" in g and "floor" in g and g["floor"][floor_key]
+    ]
+
+
 def measured(values: list[float]) -> float:
     """The median of the values a figure has; none (its parts missing) is no figure."""
     return statistics.median(values)
@@ -2150,6 +2332,18 @@ def summarize(
         "dbos_ops_per_s": lambda: dbos_medians[best],
         "ratio_vs_celery": lambda: measured(vs_celery),
         "ratio_vs_dbos": lambda: measured(vs_dbos),
+        # Issue 37's peers over HTTP, and the cost over the floor's, round by round.
+        "drf_celery_ops_per_s": lambda: measured(_rounds_of(rounds, "drf_celery", "ops_per_s")),
+        "dbos_http_ops_per_s": lambda: measured(_rounds_of(rounds, "dbos_http", "ops_per_s")),
+        "ratio_vs_drf_celery": lambda: measured(_paired(rounds, "drf_celery")),
+        "ratio_vs_dbos_http": lambda: measured(_paired(rounds, "dbos_http")),
+        "cpu_ratio_vs_floor": lambda: measured(
+            _over_floor(rounds, "machine_cpu_ms_per_op", "machine_cpu_ms_per_op")
+        ),
+        "web_cpu_ratio_vs_floor": lambda: measured(
+            _over_floor(rounds, "web_cpu_ms_per_proposal", "web_cpu_ms_per_request")
+        ),
+        "web_concurrency": lambda: float(os.environ.get("WEB_CONCURRENCY") or 1),
         "commits_per_op": lambda: ours_median("commits_per_op"),
         "wal_kb_per_op": lambda: (
             measured([wal_bytes(g["ours"]) for g in rounds if "ours" in g]) / 1024
@@ -2173,6 +2367,8 @@ def summarize(
         "slow_tools": lambda: _slow_result(extra["slow_tools"]),
         "http_tools": lambda: _http_result(extra["http_tools"]),
     }
+    if PARTS == "peers":
+        spec = {k: v for k, v in spec.items() if k in PEER_KEYS}
     result, missing = figures(spec)
     details = {
         "rounds": rounds,
@@ -2272,7 +2468,7 @@ def finish(
     try:
         path = (
             write_report(OUT, result=result, details=details)
-            if not parts.missing and not missing
+            if PARTS == "all" and not parts.missing and not missing
             else write_partial_report(OUT, result=result, details=details)
         )
     except Exception:  # the full report's shape needs every part: keep the figures anyway

@@ -3,13 +3,16 @@
 
 Results are ignored, so the driver learns that the tasks ran from one Redis INCR per task (about
 a tenth of a millisecond, counted in plain Celery's time, so its figure is a little pessimistic).
-The worker runs as `celery -A bench_celery worker` with deploy/ on the path.
+The worker runs as `celery -A bench_celery worker` with deploy/ on the path. The same worker
+processes run the drf_celery peer's task (``peer_done``), sent by deploy/bench_peers.py's view.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import psycopg
 import redis
 from celery import Celery
 
@@ -36,3 +39,16 @@ def noop() -> None:
     if _redis is None:
         _redis = redis.Redis.from_url(os.environ["REDIS_URL"])
     _redis.incr(COUNTER)
+
+
+_db: Any = None
+
+
+@app.task(name="bench.peer_done", ignore_result=True)
+def peer_done(row_id: int) -> None:
+    """The non-durable peer's worker side (issue 37, deploy/bench_peers.py): the row the view
+    inserted is marked done, one autocommitted UPDATE on a connection the process keeps."""
+    global _db
+    if _db is None:
+        _db = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    _db.execute("UPDATE bench_peer SET done_at = clock_timestamp() WHERE id = %s", [row_id])
