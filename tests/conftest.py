@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
+from django.test import override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +69,14 @@ def _cheap_flush() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(PostgresOperations, "sql_flush", _flush_by_delete)
         patch.setattr(SQLiteOperations, "sql_flush", _sqlite_flush_twice)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashes() -> Iterator[None]:
+    with override_settings(
+        PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+    ):
         yield
 
 
