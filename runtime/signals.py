@@ -165,7 +165,3 @@ def _undelivered_txn(
         )
         return Signal.LATE
     return Signal.BUFFERED
-
-
-def signals_of_task(task_id: str, limit: int = 200) -> list[Signal]:
-    return list(Signal.objects.filter(task_id=task_id).order_by("received_at", "id")[:limit])

@@ -13,11 +13,9 @@ flight relies on the contract they were made under."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from runtime.actors import Actor
@@ -26,6 +24,7 @@ from runtime.errors import Conflict, InvalidInput, NotFound, TransitionRejected
 from runtime.models import AuditRecord, DeclaredTool, DeclaredToolVersion
 from runtime.models.tools import DeclaredToolKind as Kind
 from runtime.policy import can_declare_tools
+from runtime.selectors.tool_declarations import Declaration, declaration_history
 from runtime.tool_definitions import (
     AUTH_TYPES,
     COMMON,
@@ -42,14 +41,6 @@ from runtime.tool_definitions import (
     secret_kept,
 )
 from runtime.tools.base import declared_refresh
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """A declared tool at one version (the row), with its history when asked for."""
-
-    row: DeclaredToolVersion
-    versions: tuple[DeclaredToolVersion, ...] = ()
 
 
 def tool_declare(actor: Actor, fields: dict[str, Any]) -> Declaration:
@@ -127,7 +118,7 @@ def tool_edit(
             and secret is None
             and current.secret_sealed == secret_kept(definition, current.secret_sealed)
         ):
-            return Declaration(current, _history(tool))
+            return Declaration(current, declaration_history(tool))
         tool.version += 1
         tool.updated_at = now
         tool.save(update_fields=["version", "updated_at"])
@@ -143,7 +134,7 @@ def tool_edit(
         changed = sorted(k for k in definition if definition[k] != current.definition.get(k))
         _audit_txn(actor, action, row, now, changed=changed + (["secret"] if secret else []))
     declared_refresh()
-    return Declaration(row, _history(tool))
+    return Declaration(row, declaration_history(tool))
 
 
 def _editable_check(changes: dict[str, Any]) -> None:
@@ -179,29 +170,6 @@ def _edit_action(was_offered: bool, offered: bool) -> str:
         else "tool.offered"
         if offered and not was_offered
         else "tool.edited"
-    )
-
-
-def tool_declarations(actor: Actor) -> list[Declaration]:
-    """Every declared tool at its newest version, by name (admins)."""
-    can_declare_tools(actor)
-    rows = DeclaredToolVersion.objects.select_related("tool").filter(version=F("tool__version"))
-    return [Declaration(row) for row in sorted(rows, key=lambda r: r.tool_id)]
-
-
-def tool_declaration(actor: Actor, name: str) -> Declaration:
-    """One declared tool at its newest version, with every version (newest first)."""
-    can_declare_tools(actor)
-    tool = DeclaredTool.objects.filter(pk=name).first()
-    if tool is None:
-        raise NotFound("no such declared tool")
-    history = _history(tool)
-    return Declaration(history[0], history)
-
-
-def _history(tool: DeclaredTool) -> tuple[DeclaredToolVersion, ...]:
-    return tuple(
-        DeclaredToolVersion.objects.select_related("tool").filter(tool=tool).order_by("-version")
     )
 
 
@@ -250,9 +218,6 @@ __all__ = [
     "MAX_ATTEMPTS",
     "MAX_TIMEOUT_SECONDS",
     "METHODS",
-    "Declaration",
-    "tool_declaration",
-    "tool_declarations",
     "tool_declare",
     "tool_edit",
 ]

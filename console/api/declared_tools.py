@@ -25,6 +25,7 @@ from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import DeclaredToolVersion
 from runtime.models.tools import DeclaredToolKind
+from runtime.selectors.tool_declarations import Declaration, tool_declaration, tool_declarations
 
 # The catalogue's order (console.api.schema.ToolSerializer): one ContractEnum in the schema.
 CONTRACTS = ("replay", "lookup", "none", "pure")
@@ -148,7 +149,7 @@ def declared_out(row: DeclaredToolVersion) -> dict[str, Any]:
     }
 
 
-def declaration_out(declaration: declarations.Declaration) -> dict[str, Any]:
+def declaration_out(declaration: Declaration) -> dict[str, Any]:
     return {
         **declared_out(declaration.row),
         "versions": [
@@ -242,7 +243,7 @@ class DeclaredToolCollection(ApiView):
         responses=doc.responses({200: DeclaredToolListSerializer}),
     )
     def get(self, request: Request) -> Response:
-        rows = declarations.tool_declarations(actor_of(request))
+        rows = tool_declarations(actor_of(request))
         return Response({"results": [declared_out(d.row) for d in rows]})
 
     @extend_schema(
@@ -264,7 +265,7 @@ class DeclaredToolDetail(ApiView):
         responses=doc.responses({200: DeclaredToolDetailSerializer}),
     )
     def get(self, request: Request, name: str) -> Response:
-        return Response(declaration_out(declarations.tool_declaration(actor_of(request), name)))
+        return Response(declaration_out(tool_declaration(actor_of(request), name)))
 
     @extend_schema(
         operation_id="v1_tools_declared_partial_update",

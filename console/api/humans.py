@@ -25,6 +25,7 @@ from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
 from runtime.errors import InvalidInput
 from runtime.models import TaskCommand
 from runtime.selectors.approvals import approval_get, approval_list
+from runtime.selectors.signals import signals_of_task
 from runtime.selectors.tasks import task_get
 from runtime.selectors.waits import expired_waits
 from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
@@ -228,7 +229,7 @@ class TaskSignals(ApiView):
     def get(self, request: Request, task_id: str) -> Response:
 
         task_get(actor_of(request), task_id)
-        return Response({"results": [signal_out(s) for s in signals.signals_of_task(task_id)]})
+        return Response({"results": [signal_out(s) for s in signals_of_task(task_id)]})
 
     @extend_schema(
         operation_id="v1_tasks_signals_create",

@@ -23,6 +23,7 @@ from runtime import tool_declarations as declarations
 from runtime.actors import ROLES, Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models.tools import DeclaredToolKind
+from runtime.selectors.tool_declarations import tool_declaration, tool_declarations
 from runtime.tools.base import Contract, declared_refresh, tool_catalogue
 
 
@@ -59,7 +60,7 @@ def _page(
     context = {
         "tools": tools,
         "admin": admin,
-        "declared": [d.row for d in declarations.tool_declarations(actor)] if admin else [],
+        "declared": [d.row for d in tool_declarations(actor)] if admin else [],
         "form": form or {"kind": "http", "contract": "replay", "method": "POST"},
         "error": error,
         **_choices(),
@@ -180,7 +181,7 @@ def tool_declare(request: HttpRequest, actor: Actor) -> HttpResponse:
 @require_GET
 @console_view
 def declared_detail(request: HttpRequest, actor: Actor, name: str) -> HttpResponse:
-    declared = declarations.tool_declaration(actor, name)
+    declared = tool_declaration(actor, name)
     row = declared.row
     definition = row.definition
     approval = definition.get("approval") or {}
@@ -204,7 +205,7 @@ def declared_detail(request: HttpRequest, actor: Actor, name: str) -> HttpRespon
 @console_view
 def declared_edit(request: HttpRequest, actor: Actor, name: str) -> HttpResponse:
     policy.can_declare_tools(actor)
-    before = declarations.tool_declaration(actor, name).row
+    before = tool_declaration(actor, name).row
     try:
         changes = _fields(request, http=before.tool.kind == DeclaredToolKind.HTTP)
         changes["offered"] = request.POST.get("offered") == "1"

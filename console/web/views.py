@@ -36,8 +36,8 @@ from runtime.selectors import budgets, tasks
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.selectors.notifications import task_watching
 from runtime.selectors.operations import operation_list
+from runtime.selectors.signals import signals_of_task
 from runtime.selectors.waits import expired_wait_count, waits_of_task
-from runtime.signals import signals_of_task
 
 # Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF
 # check, an unknown URL, an uncaught fault): the contract's JSON under /api/, a page otherwise.
