@@ -256,6 +256,67 @@
     if (!window.confirm(text)) ev.preventDefault();
   }, true);
 
+  // A half-made decision survives a lost session: what is typed in a kept field (data-keep: a
+  // reason, an edit) is copied to this tab's sessionStorage, keyed by the field (whose key names
+  // the request), and put back when the page shows that field again, after the new login. A
+  // sent form's copies are dropped once the next page says it was done (a success and no
+  // warning); logging out drops them all.
+  var KEPT = "console.kept:";
+  var SENT = "console.kept-sent";
+  function keptField(el) {
+    return Boolean(el && el.hasAttribute && el.hasAttribute("data-keep")) &&
+      el.type !== "checkbox" && el.type !== "radio";
+  }
+  function storage(fn) {
+    try { return fn(window.sessionStorage); } catch (e) { return null; }  // storage refused
+  }
+  document.addEventListener("input", function (ev) {
+    if (!keptField(ev.target)) return;
+    var key = KEPT + ev.target.getAttribute("data-keep");
+    var value = ev.target.value;
+    storage(function (s) { if (value) s.setItem(key, value); else s.removeItem(key); });
+  });
+  // Bubbling, so after the confirmation (a capturing listener): a dismissed form sent nothing.
+  document.addEventListener("submit", function (ev) {
+    if (ev.defaultPrevented) return;
+    var form = ev.target;
+    if (form.getAttribute("action") === "/logout/") {
+      storage(function (s) {
+        Object.keys(s).forEach(function (k) { if (k.indexOf(KEPT) === 0 || k === SENT) s.removeItem(k); });
+      });
+      return;
+    }
+    var keys = Array.prototype.filter.call(form.elements, keptField)
+      .map(function (c) { return c.getAttribute("data-keep"); });
+    if (keys.length) storage(function (s) { s.setItem(SENT, JSON.stringify(keys)); });
+  });
+  function restoreKept() {
+    var said = document.querySelector("ul.messages");
+    if (said) {
+      var sent = storage(function (s) { var v = s.getItem(SENT); s.removeItem(SENT); return v; });
+      var done = said.querySelector("li.success") && !said.querySelector("li.warning, li.error");
+      if (sent && done) {
+        storage(function (s) { JSON.parse(sent).forEach(function (k) { s.removeItem(KEPT + k); }); });
+      }
+    }
+    document.querySelectorAll("[data-keep]").forEach(function (el) {
+      if (!keptField(el)) return;
+      var value = storage(function (s) { return s.getItem(KEPT + el.getAttribute("data-keep")); });
+      if (value === null || value === el.value) return;
+      el.value = value;
+      var details = el.closest("details");
+      if (details) details.open = true;
+    });
+  }
+  restoreKept();
+
+  // The login keeps the anchor of the page it interrupts (the request the person was on): the
+  // browser carried it through the redirect to /login/, and next= takes it back there.
+  var next = document.querySelector('form[action="/login/"] input[name=next]');
+  if (next && location.hash.length > 1 && next.value.charAt(0) === "/" && next.value.indexOf("#") < 0) {
+    next.value += location.hash;
+  }
+
   // On a narrow screen the navigation folds behind its Menu button (static/console.css); the
   // class says a script is here to open it, so without one the links simply wrap.
   var menu = document.getElementById("nav-toggle");

@@ -34,6 +34,9 @@
     card.setAttribute("aria-current", "true");
     current = card.dataset.approval;
     currentIndex = cards().indexOf(card);
+    // The address names the request (#request-<id>): a reload, or the login after a lost
+    // session, opens the inbox at it.
+    if (card.id && location.hash !== "#" + card.id) history.replaceState(history.state, "", "#" + card.id);
     if (moveFocus) {
       card.focus({ preventScroll: true });
       card.scrollIntoView({ block: "nearest" });
@@ -166,6 +169,14 @@
     }
     mark(card, within && !typing(document.activeElement));
   });
+
+  // Opened at a request (#request-<id>: a reload, the login after a lost session): it is the
+  // current one, in sight.
+  var anchored = location.hash.indexOf("#request-") === 0 ? document.getElementById(location.hash.slice(1)) : null;
+  if (anchored && rows.contains(anchored)) {
+    mark(anchored, true);
+    anchored.scrollIntoView({ block: "center" });
+  }
 
   // The sort applies as soon as it is chosen (the Filter button does the same without script).
   Array.prototype.forEach.call(document.querySelectorAll("select[data-autosubmit]"), function (s) {

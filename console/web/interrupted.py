@@ -3,7 +3,9 @@ gone) changes nothing, and the person must not be stranded: they are sent back t
 form was on, told that what they did was NOT taken, so they can take it again.
 
 - Signed out: the login's ``next`` is that page with ``?not_taken=<the form's path>``; after the
-  login (console.web.auth) the marker becomes a message and leaves the URL. Without it the
+  login (console.web.auth) the marker becomes a message and leaves the URL, and the page opens
+  at the item the form was about (ANCHORS: the inbox at its request). What was typed in the
+  form comes back from the tab's storage (static/console.js, data-keep). Without it the
   login sent the browser to GET the form's URL (a 405: the decision lost, the person stuck).
 - A lost CSRF cookie: a redirect to that page with the same message (csrf_failure).
 
@@ -35,6 +37,12 @@ FORMS = {
     "tokens": ("/tokens/", "the token you asked for"),
     "token-revoke": ("/tokens/", "the revocation of the token"),
 }
+# The anchor of the item a form was about, on the page it comes back to: the inbox opens at the
+# request (templates/console/_approval_rows.html), not at the top of thirty cards.
+ANCHORS = {
+    "approval-decide": "request-{approval_id}",
+    "approval-edit": "request-{approval_id}",
+}
 # Routes that are no page to come back to.
 _NOT_PAGES = frozenset(FORMS) | {"login", "logout"}
 
@@ -61,6 +69,24 @@ def _form(path: str) -> tuple[str, str] | None:
         return None
     page, what = known
     return page.format(**match.kwargs), what.format(**match.kwargs)
+
+
+def anchor_of(path: str) -> str:
+    """The anchor (without #) of the item the console form at ``path`` acts on, or ""."""
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return ""
+    anchor = ANCHORS.get(match.url_name or "")
+    return anchor.format(**match.kwargs) if anchor else ""
+
+
+def _anchored(url: str, anchor: str) -> str:
+    """``url`` opening at ``anchor``, unless it already names one."""
+    parts = urlsplit(url)
+    if parts.fragment or not anchor:
+        return url
+    return urlunsplit((*parts[:4], anchor))
 
 
 def _own_page(request: HttpRequest, url: str) -> str | None:
@@ -125,7 +151,8 @@ def after_login(url: str, request: HttpRequest) -> str:
         return url
     messages.warning(request, not_taken_message(marked[0], "signed_out"), fail_silently=True)
     kept = urlencode([(k, v) for k, v in query if k != NOT_TAKEN])
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, kept, parts.fragment))
+    url = urlunsplit((parts.scheme, parts.netloc, parts.path, kept, parts.fragment))
+    return _anchored(url, anchor_of(marked[0]))
 
 
 def form_expired(request: HttpRequest) -> HttpResponseRedirect:
@@ -142,7 +169,7 @@ def form_expired(request: HttpRequest) -> HttpResponseRedirect:
             target = "/"
         return SeeOther(_with_query("/login/", next=target))
     messages.warning(request, not_taken_message(request.path, "csrf"), fail_silently=True)
-    return SeeOther(return_page(request))
+    return SeeOther(_anchored(return_page(request), anchor_of(request.path)))
 
 
 def resolve_name(path: str) -> str | None:

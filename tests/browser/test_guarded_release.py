@@ -80,3 +80,63 @@ def test_approve_and_approve_selected_name_the_amount_and_dismissing_approves_no
     assert Approval.objects.get(pk=small.pk).status != "pending"
     assert Approval.objects.get(pk=large.pk).status == "pending"
     assert page.page_errors == []  # type: ignore[attr-defined]
+
+
+def _log_in_again(page: Page, name: str) -> None:
+    page.wait_for_url("**/login/**")
+    page.get_by_label("Username").fill(name)
+    page.get_by_label("Password").fill(factories.PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+
+
+def test_a_reason_typed_before_the_session_ended_survives_the_login_and_the_inbox_opens_at_it(
+    page: Page, server
+):
+    owner = factories.agent()
+    task = factories.task(owner, "pay the suppliers")
+    # Thirty requests: the ones the person works on are far down the inbox.
+    requests = [_charge(owner, task, 20000 + 100 * i) for i in range(30)]
+    edited, denied = requests[-2], requests[-1]
+    person = factories.console_user("operator")
+    login(page, server.url, person.actor.name)
+    page.goto(f"{server.url}/approvals/")
+
+    # Typed, then the session ends before anything is sent: a reload goes through the login
+    # and back to the same request, the words still there.
+    card = page.locator(f"#request-{edited.pk}")
+    card.locator("summary", has_text="Edit").click()
+    card.locator("input[name=reason]").last.fill("cap it at the contract's limit")
+    page.context.clear_cookies(name="sessionid")
+    page.reload()
+    _log_in_again(page, person.actor.name)
+    page.wait_for_url(f"{server.url}/approvals/#request-{edited.pk}")
+    expect(card.locator("input[name=reason]").last).to_have_value("cap it at the contract's limit")
+    expect(card).to_have_class("card approval is-current")
+    expect(card).to_be_in_viewport()
+
+    # Typed and sent after the session ended: not taken, and after the login the inbox opens at
+    # that request with the reason in its field, ready to send again.
+    card = page.locator(f"#request-{denied.pk}")
+    card.get_by_placeholder("reason (required)").fill("duplicate of last week's invoice")
+    page.context.clear_cookies(name="sessionid")
+    page.once("dialog", lambda d: d.accept())
+    card.get_by_role("button", name="Deny", exact=True).click()
+    _log_in_again(page, person.actor.name)
+    page.wait_for_url(f"{server.url}/approvals/#request-{denied.pk}")
+    expect(page.locator("ul.messages li.warning")).to_contain_text(
+        f"your decision on request {denied.pk} was NOT taken"
+    )
+    reason = card.get_by_placeholder("reason (required)")
+    expect(reason).to_have_value("duplicate of last week's invoice")
+    expect(card).to_be_in_viewport()
+    assert Approval.objects.get(pk=denied.pk).status == "pending"
+
+    page.once("dialog", lambda d: d.accept())
+    card.get_by_role("button", name="Deny", exact=True).click()
+    expect(page.locator("ul.messages li.success")).to_contain_text(f"Request {denied.pk} is denied")
+    decided = Approval.objects.get(pk=denied.pk)
+    assert (decided.status, decided.reason) == ("denied", "duplicate of last week's invoice")
+    # Done: the words are not kept any longer.
+    kept = page.evaluate("Object.keys(sessionStorage).filter(k => k.includes('deny-'))")
+    assert kept == [], kept
+    assert page.page_errors == []  # type: ignore[attr-defined]

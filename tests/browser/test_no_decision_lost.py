@@ -55,7 +55,7 @@ def test_a_decision_sent_without_its_cookie_is_not_taken_and_the_person_is_back_
         said = "You were signed out before it arrived"
     else:
         said = "The page's form had expired"
-    page.wait_for_url(inbox)
+    page.wait_for_url(f"{inbox}#request-{approval.pk}")  # at the request it was about
     message = page.locator("ul.messages li.warning")
     expect(message).to_contain_text(said)
     expect(message).to_contain_text(f"your decision on request {approval.pk} was NOT taken")
