@@ -12,9 +12,11 @@ every process's output on the terminal."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -25,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.supervisor import Supervisor
 from runtime.accounts import console_user_create
@@ -99,6 +101,10 @@ class Command(BaseCommand):
         only = {p.strip() for p in options["only"].split(",") if p.strip()}
         if options["no_beat"]:
             only.discard("beat")
+        if "web" in only:
+            # Before anything is printed or created: a taken port would leave the web process
+            # restarting in a loop behind a banner that says the console is up.
+            port_check(options["host"], options["port"])
         embedded = settings.EMBEDDED_DATABASE
         accounts = self._demo_accounts() if embedded else ""
         to_file = (options["logs"] or ("file" if embedded else "terminal")) == "file"
@@ -168,6 +174,31 @@ class Command(BaseCommand):
         path.write_text(text)
         path.chmod(0o600)
         return text
+
+
+def port_check(host: str, port: int) -> None:
+    """Refuse to start (CommandError: exit 1, the sentence on stderr) when ``host:port`` cannot
+    be listened on, naming the port and how to pick another. The socket is bound as uvicorn
+    binds it (SO_REUSEADDR), so a port left in TIME_WAIT by the last run is not "taken"."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CommandError(f"Cannot start: the host {host!r} is not an address ({exc}).") from exc
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+            probe.listen(1)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise CommandError(f"Cannot start on {host}:{port}: {exc.strerror}.") from exc
+            raise CommandError(
+                f"Cannot start: address already in use: port {port} on {host} is taken by "
+                "another process. Stop it, or pick another port: make run PORT=8001 (or "
+                "manage.py runstack --port 8001)."
+            ) from exc
 
 
 def _probe_host(host: str) -> str:
