@@ -5,6 +5,9 @@ from django.db import models
 from runtime.ids import new_id
 from runtime.rules.statuses import OperationStatus
 
+# Not settled: an operation a machine or a person will still move.
+IN_FLIGHT = tuple(s for s in OperationStatus.ALL if s not in OperationStatus.FINAL)
+
 
 def _operation_id() -> str:
     return new_id("op")
@@ -91,12 +94,32 @@ class Operation(models.Model):
                 name="operation_attempts_bounded",
             ),
         ]
+        # Every claim and acceptance changes the status, so it updates every index whose key or
+        # predicate names it (issue 37): the status indexes are partial, over the rows that
+        # their readers look for, and a settled operation leaves them. Their keys name no
+        # column a heartbeat moves (lease_expires_at, updated_at), so a heartbeat can be a HOT
+        # update (migration 0021 leaves room for it in each page on PostgreSQL).
         indexes = [
             models.Index(fields=["task", "created_at"], name="op_task_created"),
-            models.Index(fields=["status", "updated_at"], name="op_status_updated"),
-            models.Index(fields=["status", "lease_expires_at"], name="op_status_lease"),
-            models.Index(fields=["status", "next_attempt_at"], name="op_status_next"),
-            models.Index(fields=["status", "wait_until"], name="op_status_wait"),
+            # In flight: admission's counts per tool class, the sweeper's running leases (a
+            # few, checked on the row), the unresolved queue, the metrics' in-flight gauge.
+            models.Index(
+                fields=["status", "tool"],
+                name="op_live",
+                condition=models.Q(status__in=IN_FLIGHT),
+            ),
+            # Due timers and expiring signal waits (runtime.waits, the reminders).
+            models.Index(
+                fields=["wait_until"],
+                name="op_waiting_until",
+                condition=models.Q(status=OperationStatus.WAITING),
+            ),
+            # Expired waits (the console's list of them).
+            models.Index(
+                fields=["task"],
+                name="op_expired",
+                condition=models.Q(status=OperationStatus.EXPIRED),
+            ),
         ]
 
     def __str__(self) -> str:
