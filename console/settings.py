@@ -414,6 +414,16 @@ ARTIFACT_RECONCILE_SECONDS = _env_int("ARTIFACT_RECONCILE_SECONDS", 300)
 # a reconciler that died, and the next reconciliation finishes it.
 ARTIFACT_DELETION_WAIT_SECONDS = _env_int("ARTIFACT_DELETION_WAIT_SECONDS", 10)
 ARTIFACT_DELETION_STALE_SECONDS = _env_int("ARTIFACT_DELETION_STALE_SECONDS", 600)
+# Retention (runtime/retention.py, docs/operations.md#retention): ended tasks with all their
+# rows are archived (JSON lines in the artifact storage) and removed RETENTION_TASK_DAYS after
+# they last moved (0: kept for ever); Idempotency-Key records once IDEMPOTENCY_KEY_HOURS passed
+# (their replay window; 0: kept for ever). Beat starts a run every RETENTION_SECONDS (0: never);
+# a run removes at most RETENTION_BATCHES batches of RETENTION_BATCH tasks (or records).
+RETENTION_TASK_DAYS = float(os.environ.get("RETENTION_TASK_DAYS") or 0)
+IDEMPOTENCY_KEY_HOURS = float(os.environ.get("IDEMPOTENCY_KEY_HOURS") or 24)
+RETENTION_SECONDS = _env_int("RETENTION_SECONDS", 3600)
+RETENTION_BATCH = _env_int("RETENTION_BATCH", 200)
+RETENTION_BATCHES = _env_int("RETENTION_BATCHES", 50)
 CHECK_TIMEOUT_SECONDS = float(os.environ.get("CHECK_TIMEOUT_SECONDS") or 10.0)
 CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.

@@ -71,3 +71,12 @@ def connection_pool(conn: BaseDatabaseWrapper | None = None) -> bool:
     while its call waits (``runtime.slots``). An SQLite connection is a file opened in the
     process: nothing to pool."""
     return _postgresql(conn)
+
+
+def skip_locked_rows(conn: BaseDatabaseWrapper | None = None) -> bool:
+    """Whether a transaction can lock rows and pass over those another transaction holds
+    (PostgreSQL's ``SELECT ... FOR UPDATE SKIP LOCKED``), so a background removal (retention)
+    takes only what nobody is working on and never waits for live work. SQLite has no row
+    locks: its write transactions (``IMMEDIATE``) run one at a time, so what a transaction reads
+    after it began cannot move under it."""
+    return _postgresql(conn)

@@ -21,8 +21,9 @@ EXECUTE_OPERATION = "runtime.execute_operation"
 DRAIN_QUEUE = "runtime.drain_queue"
 WAKE_WAIT = "runtime.wake_wait"
 NOTIFY_DISPATCH = "runtime.notify_dispatch"
+RETENTION = "runtime.retention"
 
-TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH)
+TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH, RETENTION)
 
 
 def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = None) -> None:

@@ -17,6 +17,8 @@ from runtime.cancellation import children_sweep
 from runtime.notifications.dispatch import notify_dispatch
 from runtime.notifications.reminders import expiry_notice_sweep
 from runtime.outbox import outbox_sweep
+from runtime.publish import RETENTION, publish
+from runtime.retention import retention_due
 from runtime.schedules.firing import schedules_sweep
 from runtime.sqlfiles import queries
 from runtime.transitions.lease import lease_expire_sweep
@@ -28,6 +30,7 @@ _SQL = queries("embedded_broker_purge", slots={})
 
 
 _last_reconcile: list[datetime] = []
+_last_retention: list[datetime] = []
 
 
 def sweep_once() -> dict[str, int]:
@@ -54,7 +57,23 @@ def sweep_once() -> dict[str, int]:
             counts.update({f"artifacts_{k}": v for k, v in artifact_reconcile(now).items()})
         except Exception:
             log.warning("artifact reconciliation failed; retried next time", exc_info=True)
+    counts["retention_started"] = retention_start(now)
     return counts
+
+
+def retention_start(now: datetime) -> int:
+    """Every RETENTION_SECONDS, a retention run is handed to a worker (runtime.retention): its
+    batches may take a while, and the sweeps must not wait for them. A publish that fails is
+    tried again at the next sweep."""
+    if not retention_due(now, _last_retention[-1] if _last_retention else None):
+        return 0
+    try:
+        publish(RETENTION)
+    except Exception:
+        log.warning("could not start retention; tried again next sweep", exc_info=True)
+        return 0
+    _last_retention[:] = [now]
+    return 1
 
 
 def embedded_broker_purge() -> int:

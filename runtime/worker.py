@@ -23,6 +23,7 @@ from django.db import close_old_connections, connections
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
 from runtime.executor import operation_deliver, queue_drain
 from runtime.notifications.dispatch import notify_dispatch as _notify_dispatch
+from runtime.retention import retention_run
 from runtime.slots import slots_start, slots_stop
 from runtime.waits import wait_wake
 
@@ -118,3 +119,11 @@ def notify_dispatch() -> dict[str, int]:
     """A trigger's hint: fan out the new notification events and propose the messages due
     (runtime.notifications); the sweeper does the same for a hint that was lost."""
     return _notify_dispatch()
+
+
+@shared_task(name="runtime.retention", ignore_result=True, acks_late=True)
+def retention() -> dict[str, Any]:
+    """Beat's periodic retention run (runtime.retention): archive, then remove, in batches. A
+    worker runs it, not beat, so a long run never delays a sweep; two runs at once pass over
+    each other's locked rows."""
+    return retention_run().as_dict()
