@@ -60,7 +60,7 @@ EDGE_TYPES = {
 }
 EVENT_TYPE = re.compile(r"^[a-z_]+\.[a-z_]+$")
 
-EXAMPLES = 30
+EXAMPLES = 60
 STEPS = 25
 # What a run must at least have done for its checks to mean anything. Hypothesis draws short
 # and long examples alike: runs make 25 to 60 claims and 14 to 40 acceptances; the floors leave
