@@ -20,6 +20,7 @@ from runtime.errors import InvalidInput, NotAuthorized, NotFound
 from runtime.events import event_append_txn
 from runtime.keys import given_key_check, key_in_namespace, key_legacy, key_namespace
 from runtime.models import Attempt, Operation, Task
+from runtime.models.tasks import MAX_EXTERNAL_ID
 from runtime.policy import can_create_child, can_create_task, task_scope
 from runtime.rules.admission import task_admission_check
 from runtime.text import name_check
@@ -52,9 +53,6 @@ class CheckedTaskSpec:
     compensate_on: list[str]
     parent: str | None
     external_id: str | None = None
-
-
-MAX_EXTERNAL_ID = 200
 
 
 def task_spec_check(spec: TaskSpec) -> CheckedTaskSpec:

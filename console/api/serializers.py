@@ -21,8 +21,9 @@ from runtime.models import (
     Task,
     TaskCommand,
 )
+from runtime.models.tasks import MAX_EXTERNAL_ID
 from runtime.selectors.budgets import MeterView
-from runtime.tasks import MAX_DEADLINE_SECONDS, MAX_EXTERNAL_ID
+from runtime.tasks import MAX_DEADLINE_SECONDS
 from runtime.transitions.propose import MAX_ATTEMPTS_CEILING
 from runtime.transitions.propose_wait import MAX_WAIT_SECONDS
 

@@ -33,6 +33,7 @@ from runtime.errors import DomainError, InvalidInput
 from runtime.executions import execution_for_agent
 from runtime.logcontext import work_bind
 from runtime.models import Operation, Task
+from runtime.models.tasks import MAX_EXTERNAL_ID
 from runtime.selectors.approvals import approvals_current
 from runtime.selectors.operations import (
     invocations_by_operation,
@@ -42,7 +43,7 @@ from runtime.selectors.operations import (
 )
 from runtime.selectors.tasks import task_get, task_list, tasks_pending_operation_ids
 from runtime.specs import OperationSpec
-from runtime.tasks import MAX_EXTERNAL_ID, TaskSpec
+from runtime.tasks import TaskSpec
 from runtime.transitions.accept import agent_report
 from runtime.transitions.accept_decision import Report
 from runtime.transitions.claim import agent_claim

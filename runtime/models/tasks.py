@@ -6,6 +6,9 @@ from django.db import models
 from runtime.ids import new_id
 from runtime.rules.statuses import Cancellation, TaskCondition, TaskOutcome
 
+# The longest caller's key for a task (the column's width; runtime.tasks.external_id_check).
+MAX_EXTERNAL_ID = 200
+
 
 def _task_id() -> str:
     return new_id("tsk")
@@ -77,7 +80,7 @@ class Task(models.Model):
     # The caller's own key for the task (get-or-create: runtime.task_keys), unique per owner;
     # ``spec_hash`` is the canonical hash of the input it was created with, so a second creation
     # under the key is told apart: the same input finds the task, other input is refused.
-    external_id = models.CharField(max_length=200, null=True, blank=True)
+    external_id = models.CharField(max_length=MAX_EXTERNAL_ID, null=True, blank=True)
     spec_hash = models.CharField(max_length=80, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

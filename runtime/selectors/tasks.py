@@ -16,11 +16,11 @@ from runtime.db import db_datetime, fetchone_named, prepared_cursor
 from runtime.errors import InvalidInput, NotFound
 from runtime.keys import key_namespace_of
 from runtime.models import Approval, Operation, Task, TaskCount
+from runtime.models.tasks import MAX_EXTERNAL_ID
 from runtime.policy import can_read_budget, task_scope, task_scope_sql
 from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
 from runtime.selectors.budgets import MeterView, budget_meters
 from runtime.sqlfiles import queries
-from runtime.tasks import MAX_EXTERNAL_ID
 
 
 def task_get(actor: Actor, task_id: str) -> Task:
