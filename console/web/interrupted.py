@@ -36,6 +36,8 @@ FORMS = {
     "task-control": ("/tasks/{task_id}/", "your pause, resume or steer of task {task_id}"),
     "tokens": ("/tokens/", "the token you asked for"),
     "token-revoke": ("/tokens/", "the revocation of the token"),
+    "notification-email-test": ("/settings/notifications/", "your test e-mail"),
+    "notification-endpoint-test": ("/settings/notifications/", "your test post"),
 }
 # The anchor of the item a form was about, on the page it comes back to: the inbox opens at the
 # request (templates/console/_approval_rows.html), not at the top of thirty cards.

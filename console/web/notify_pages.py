@@ -18,7 +18,7 @@ from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.models import NotificationEndpoint
 from runtime.models.notifications import Channel, NotificationKind
-from runtime.notifications import endpoints, people
+from runtime.notifications import endpoints, people, trial
 from runtime.policy_features import can_manage_notification_endpoints
 from runtime.selectors import notifications
 
@@ -27,6 +27,10 @@ from runtime.selectors import notifications
 @console_view
 def notifications_page(request: HttpRequest, actor: Actor) -> HttpResponse:
     rows = notifications.notification_list(actor)
+    names = notifications.recipient_names(rows)
+    for row in rows:
+        row.recipient_name = names.get(row.recipient, row.recipient)  # type: ignore[attr-defined]
+        row.delivery_reason = notifications.delivery_reason(row)  # type: ignore[attr-defined]
     return render(request, "console/notifications.html", {"rows": rows})
 
 
@@ -100,6 +104,30 @@ def endpoint_add(request: HttpRequest, actor: Actor) -> HttpResponse:
 def endpoint_remove(request: HttpRequest, actor: Actor, endpoint_id: str) -> HttpResponse:
     endpoints.endpoint_remove(actor, endpoint_id)
     messages.success(request, "The webhook is removed: nothing more is sent to it.")
+    return HttpResponseRedirect("/settings/notifications/")
+
+
+def _said(request: HttpRequest, channel: str, outcome: trial.TrialOutcome) -> None:
+    if outcome.delivered:
+        messages.success(request, f"Test {channel} delivered to {outcome.where}: {outcome.detail}.")
+    else:
+        messages.error(request, f"Test {channel} to {outcome.where} failed: {outcome.detail}.")
+
+
+@require_POST
+@console_view
+def email_test(request: HttpRequest, actor: Actor) -> HttpResponse:
+    try:
+        _said(request, "e-mail", trial.email_trial(actor))
+    except InvalidInput as exc:
+        messages.error(request, f"No test e-mail was sent: {exc.message}.")
+    return HttpResponseRedirect("/settings/notifications/")
+
+
+@require_POST
+@console_view
+def endpoint_test(request: HttpRequest, actor: Actor, endpoint_id: str) -> HttpResponse:
+    _said(request, "post", trial.endpoint_trial(actor, endpoint_id))
     return HttpResponseRedirect("/settings/notifications/")
 
 

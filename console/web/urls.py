@@ -66,6 +66,16 @@ urlpatterns = [
         name="notification-endpoint-add",
     ),
     path(
+        "settings/notifications/test",
+        notify_pages.email_test,
+        name="notification-email-test",
+    ),
+    path(
+        "settings/notifications/endpoints/<id:endpoint_id>/test",
+        notify_pages.endpoint_test,
+        name="notification-endpoint-test",
+    ),
+    path(
         "settings/notifications/endpoints/<id:endpoint_id>/remove",
         notify_pages.endpoint_remove,
         name="notification-endpoint-remove",

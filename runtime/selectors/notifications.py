@@ -3,12 +3,13 @@ watches, the configured endpoints."""
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from runtime.actors import Actor
 from runtime.errors import NotAuthorized
 from runtime.models import Notification, NotificationEndpoint, NotificationPreference, TaskWatch
-from runtime.notify_secrets import endpoints, url_hint
+from runtime.notify_secrets import ENV_SLACK, ENV_WEBHOOK, endpoints, url_hint
 from runtime.policy import can_use_console, fresh
 from runtime.policy_features import can_manage_notification_endpoints, notification_scope
 
@@ -55,3 +56,40 @@ def env_endpoints_summary() -> list[dict[str, str]]:
         for e in endpoints()
         if e.id.startswith("env-")
     ]
+
+
+_ENV_NAMES = {
+    ENV_WEBHOOK: "the webhook NOTIFY_WEBHOOK_URL",
+    ENV_SLACK: "the Slack webhook NOTIFY_SLACK_WEBHOOK_URL",
+}
+
+
+def recipient_names(rows: list[Notification]) -> dict[str, str]:
+    """Each recipient of ``rows`` ("user:<id>", "endpoint:<id>") as people know it: the
+    person's username, the webhook's name ("(removed)" once it was), the environment's
+    variable. Two statements whatever the number of rows."""
+    users = {r.recipient.partition(":")[2] for r in rows if r.recipient.startswith("user:")}
+    hooks = {r.recipient.partition(":")[2] for r in rows if r.recipient.startswith("endpoint:")}
+    names = {
+        f"user:{pk}": username
+        for pk, username in get_user_model()
+        .objects.filter(pk__in=[int(u) for u in users if u.isdigit()])
+        .values_list("pk", "username")
+    }
+    for pk, name, active in NotificationEndpoint.objects.filter(pk__in=hooks).values_list(
+        "pk", "name", "active"
+    ):
+        names[f"endpoint:{pk}"] = f"the webhook {name}" + ("" if active else " (removed)")
+    for pk, name in _ENV_NAMES.items():
+        names[f"endpoint:{pk}"] = name
+    return names
+
+
+def delivery_reason(row: Notification) -> str:
+    """Why a delivery is not (yet) done, in the words of its operation's error (the receiver's
+    answer, the address guard's refusal, the mail server's), else its status reason."""
+    op = row.operation
+    if op is None:
+        return ""
+    error = op.error if isinstance(op.error, dict) else {}
+    return str(error.get("message") or op.status_reason or "")

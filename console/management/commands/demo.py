@@ -121,7 +121,10 @@ class Command(BaseCommand):
         lines = ["Demo accounts (created now):"]
         for role in ROLES:
             password = secrets.token_urlsafe(9)
-            console_user_create(f"demo-{role}", role, password)
+            user = console_user_create(f"demo-{role}", role, password)
+            # An address, so their notifications reach DATA_DIR/mail (the file backend).
+            user.email = f"demo-{role}@example.com"
+            user.save(update_fields=["email"])
             lines.append(f"  console user demo-{role:<8} password {password}   (role {role})")
         return "\n".join(lines)
 

@@ -166,8 +166,13 @@ class Command(BaseCommand):
         lines = ["Demo accounts (created on first start):"]
         for role in ROLES:
             password = secrets.token_urlsafe(9)
-            console_user_create(role, role, password)
-            lines.append(f"  console user {role:<8} password {password}   (role {role})")
+            user = console_user_create(role, role, password)
+            # An address, so their notifications are seen: in DATA_DIR/mail, the file backend.
+            user.email = f"{role}@example.com"
+            user.save(update_fields=["email"])
+            lines.append(
+                f"  console user {role:<8} password {password}   (role {role}, {user.email})"
+            )
         issued = token_issue_for_agent("demo-agent")
         lines.append(f"  agent token (demo-agent): {issued.secret}")
         text = "\n".join(lines) + "\n"
