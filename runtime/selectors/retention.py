@@ -139,41 +139,46 @@ class Unit:
 def retention_units(
     cutoff: datetime, *, limit: int, after: tuple[datetime, str] | None
 ) -> tuple[list[Unit], tuple[datetime, str] | None]:
-    """Up to ``limit`` removable units, oldest first after the keyset ``after``, and the keyset
-    to continue from (None when nothing is left to look at). A root whose tree holds a task
-    that may not go is passed over (its descendants are not removed alone)."""
+    """Up to ``limit`` removable units, oldest created first after the keyset ``after`` (on
+    ``task_recent``'s columns, so PostgreSQL walks that index from its old end instead of
+    sorting every ended task), and the keyset to continue from (None when nothing is left to
+    look at). A root whose tree holds a task that may not go is passed over (its descendants
+    are never removed alone)."""
     roots = Task.objects.filter(removable(cutoff), parent__isnull=True)
     if after is not None:
-        roots = roots.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], id__gt=after[1]))
+        roots = roots.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
     found = list(
-        roots.order_by("updated_at", "id").values_list(
-            "id", "updated_at", "event_seq", "state_version"
+        roots.order_by("created_at", "id").values_list(
+            "id", "created_at", "updated_at", "event_seq", "state_version"
         )[:limit]
     )
     if not found:
         return [], None
-    units = [unit for unit in map(_unit_of(cutoff), found) if unit is not None]
-    return units, (found[-1][1], found[-1][0])
+    units = {row[0]: Unit(row[0], row[2], {row[0]: (row[3], row[4])}) for row in found}
+    blocked = _descendants_add(units, cutoff)
+    return [u for root, u in units.items() if root not in blocked], (found[-1][1], found[-1][0])
 
 
-def _unit_of(cutoff: datetime) -> Any:
-    def build(root: tuple[str, datetime, int, int]) -> Unit | None:
-        seen = {root[0]: (root[2], root[3])}
-        frontier = [root[0]]
-        while frontier:
-            children = list(
-                Task.objects.filter(parent_id__in=frontier).values_list(
-                    "id", "event_seq", "state_version"
-                )
+def _descendants_add(units: dict[str, Unit], cutoff: datetime) -> set[str]:
+    """Add every descendant to its root's unit, level by level for all roots at once; returns
+    the roots whose tree holds a task that may not go."""
+    root_of = {root: root for root in units}
+    frontier = list(units)
+    while frontier:
+        children = list(
+            Task.objects.filter(parent_id__in=frontier).values_list(
+                "id", "parent_id", "event_seq", "state_version"
             )
-            seen.update({row[0]: (row[1], row[2]) for row in children})
-            frontier = [row[0] for row in children]
-        ids = list(seen)
-        if len(ids) > 1 and Task.objects.filter(removable(cutoff), id__in=ids).count() != len(ids):
-            return None
-        return Unit(root[0], root[1], seen)
-
-    return build
+        )
+        for task_id, parent_id, seq, version in children:
+            root_of[task_id] = root_of[parent_id]
+            units[root_of[task_id]].seen[task_id] = (seq, version)
+        frontier = [row[0] for row in children]
+    descendants = [task_id for task_id, root in root_of.items() if task_id != root]
+    may_go = set(
+        Task.objects.filter(removable(cutoff), id__in=descendants).values_list("id", flat=True)
+    )
+    return {root_of[task_id] for task_id in descendants if task_id not in may_go}
 
 
 def units_unchanged(units: list[Unit], cutoff: datetime) -> list[Unit]:

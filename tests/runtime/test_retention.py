@@ -17,6 +17,8 @@ from django.db.models import ForeignKey
 from django.utils import timezone
 
 from runtime import retention as retention_service
+from runtime import sweeper
+from runtime.artifact_store import artifact_storage
 from runtime.completion import task_complete
 from runtime.crashpoints import crash_point_installed
 from runtime.models import (
@@ -112,16 +114,21 @@ def test_only_ended_old_settled_work_goes(retention: Path) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_archive_holds_every_row_removed(retention: Path) -> None:
+def test_the_archive_holds_every_row_removed(settings: Any, artifact_backend: str) -> None:
+    """Read back through the storage (the filesystem, and S3), line by line."""
+    settings.RETENTION_TASK_DAYS = 30
     owner = factories.agent()
     task = ended_task(owner)
     aged(task.pk)
     ops = list(Operation.objects.filter(task=task).values("pk", "params"))
     events = Event.objects.filter(task=task).count()
 
-    retention_run()
+    report = retention_run()
 
-    lines = [line for line in archive_lines(retention) if "task" in line]
+    (name,) = report.archives
+    assert name.startswith(f"retention/{timezone.now():%Y-%m-%d}/tasks-")
+    with artifact_storage().open(name, "rb") as handle:
+        lines = [json.loads(line) for line in handle.read().decode().splitlines()]
     assert [line["task"] for line in lines] == [task.pk]
     tables = lines[0]["tables"]
     assert [row["id"] for row in tables["runtime_task"]] == [task.pk]
@@ -131,6 +138,7 @@ def test_the_archive_holds_every_row_removed(retention: Path) -> None:
     assert len(tables["runtime_event"]) == events
     assert len(tables["runtime_invocation"]) == 1
     assert tables["runtime_attempt"][0]["task_id"] == task.pk
+    assert not Task.objects.filter(pk=task.pk).exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -297,3 +305,15 @@ def test_beat_starts_a_run_every_retention_seconds(settings: Any) -> None:
     assert retention_service.retention_due(now, now - timedelta(hours=2))
     settings.RETENTION_SECONDS = 0
     assert not retention_service.retention_due(now, None)
+
+
+@pytest.mark.django_db
+def test_the_sweeper_hands_a_due_run_to_a_worker(settings: Any, monkeypatch: Any) -> None:
+    published: list[str] = []
+    monkeypatch.setattr(sweeper, "publish", lambda name, *args, **kw: published.append(name))
+    monkeypatch.setattr(sweeper, "_last_retention", [])
+    settings.RETENTION_SECONDS = 3600
+    now = timezone.now()
+    assert sweeper.retention_start(now) == 1
+    assert sweeper.retention_start(now + timedelta(seconds=5)) == 0
+    assert published == ["runtime.retention"]
