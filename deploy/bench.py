@@ -417,6 +417,7 @@ class Window:
             "server_wal_records_per_op": wal.get("wal_records", 0) / n,
             "server_wal_fpi_per_op": wal.get("wal_fpi", 0) / n,
             "wal_scanned": bool(scan.total_bytes),
+            "wal_window": f"{self.lsn} {end}",  # for a breakdown by relation afterwards
             "xacts_per_op": xacts.get("bench", 0) / n,
             "dbos_xacts_per_op": xacts.get("dbos", 0) / n,
             "redis_cmds_per_op": (redis_calls() - self.redis) / n,
