@@ -39,6 +39,7 @@ from runtime.retention import retention_run
 from runtime.selectors.retention import PARTS
 from tests import factories
 from tests.concurrency import in_thread
+from tests.conftest import wait_for
 
 OLD = timedelta(days=40)
 
@@ -317,3 +318,20 @@ def test_the_sweeper_hands_a_due_run_to_a_worker(settings: Any, monkeypatch: Any
     assert sweeper.retention_start(now) == 1
     assert sweeper.retention_start(now + timedelta(seconds=5)) == 0
     assert published == ["runtime.retention"]
+
+
+@pytest.mark.workers
+@pytest.mark.postgres
+def test_beat_has_a_worker_run_it(workers: Any, tmp_path: Path) -> None:
+    """As deployed: beat publishes the run by name, a worker process archives and removes."""
+    owner = factories.agent()
+    task = ended_task(owner)
+    aged(task.pk)
+    env = {"RETENTION_TASK_DAYS": 30, "ARTIFACT_ROOT": str(tmp_path / "store"), "SWEEP_SECONDS": 1}
+    workers.start(count=1, concurrency=1, **env)
+    workers.start_beat(**env)
+    wait_for(
+        lambda: not Task.objects.filter(pk=task.pk).exists(), timeout=60, what="retention to run"
+    )
+    assert AuditRecord.objects.get(actor="system:retention", detail__tasks=1)
+    assert [line["task"] for line in archive_lines(tmp_path / "store")] == [task.pk]
