@@ -89,7 +89,10 @@ class Task(models.Model):
         indexes = [
             models.Index(fields=["agent", "-created_at", "-id"], name="task_agent_recent"),
             models.Index(fields=["-created_at", "-id"], name="task_recent"),
-            models.Index(fields=["condition", "outcome"], name="task_condition_outcome"),
+            # No index names ``condition`` (issue 37): it changes with an operation's claim and
+            # acceptance, and an index on it made both of those task updates non-HOT (a new
+            # entry in every index of the table, about 1 KB of WAL per operation). A list
+            # filtered by condition walks the recency indexes above.
             models.Index(
                 fields=["schedule", "-created_at", "-id"],
                 name="task_schedule_recent",

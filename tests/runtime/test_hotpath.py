@@ -675,3 +675,39 @@ def test_the_claim_statement_locks_only_what_it_takes_and_no_stronger_than_its_u
         release.set()
         future.result(timeout=30)
         thread.join()
+
+
+# Columns the hot path's updates change without a status change (issue 37): the task's row at
+# every proposal, claim and acceptance (its journal sequence, counters, condition), the
+# operation's at every heartbeat (its lease). An index that names one of them, as a key, an
+# included column or in its predicate, makes every such update non-HOT: a new entry in each of
+# the table's indexes.
+HOT_COLUMNS = {
+    "runtime_task": (
+        "condition",
+        "event_seq",
+        "ops_active",
+        "ops_claimable",
+        "ops_blocked",
+        "state_version",
+        "updated_at",
+    ),
+    "runtime_operation": ("lease_expires_at", "updated_at"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("table", sorted(HOT_COLUMNS))
+def test_no_index_names_a_column_the_hot_path_updates_in_place(table):
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass",
+            [table],
+        )
+        definitions = [row[0] for row in cur.fetchall()]
+        cur.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [table])
+        options = cur.fetchone()[0] or []
+    for definition in definitions:
+        for column in HOT_COLUMNS[table]:
+            assert f"({column}" not in definition and f" {column}" not in definition, definition
+    assert "fillfactor=90" in options  # room in each page for the new version
