@@ -39,6 +39,19 @@ def can_mint_agent_token(actor: Actor, *, agent_is_new: bool) -> None:
         )
 
 
+def can_rotate_agent_token(actor: Actor, *, agent_has_token: bool) -> None:
+    """A second token for an existing agent (rotation: the old one works until revoked): an
+    admin, for an agent that already holds a token (a first token comes from the shell). The
+    new token names the admin as minter, so the admin may not decide the requests made through
+    it (approval_decision_refusal), as for a new agent's; the mint is audited."""
+    can_manage_tokens(actor)
+    if not agent_has_token:
+        raise NotAuthorized(
+            "rotation gives a second token to an agent that holds one; a first token for an "
+            "existing agent is issued from the shell (create_agent_token)"
+        )
+
+
 def schedule_scope(actor: Actor) -> Q:
     """The schedules an actor may see: an agent its own; a console role every schedule; a user
     without a role those it owns."""

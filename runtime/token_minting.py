@@ -11,9 +11,14 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from runtime.actors import Actor
-from runtime.errors import InvalidInput
-from runtime.models import Agent
-from runtime.policy_features import can_manage_tokens, can_mint_agent_token, can_mint_user_token
+from runtime.errors import InvalidInput, NotFound
+from runtime.models import Agent, ApiToken
+from runtime.policy_features import (
+    can_manage_tokens,
+    can_mint_agent_token,
+    can_mint_user_token,
+    can_rotate_agent_token,
+)
 from runtime.tokens import IssuedToken, agent_name_checked, token_issue_txn, token_name_checked
 
 
@@ -36,6 +41,29 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
         can_mint_agent_token(minter, agent_is_new=created)
         return token_issue_txn(
             name=token_name or name,
+            created_by=minter.label,
+            minted_by=minter.key,
+            acts_as=f"agent:{name}",
+            agent=agent,
+        )
+
+
+def token_rotate_for_agent(minter: Actor, agent_name: str, token_name: str | None) -> IssuedToken:
+    """A second token acting as the existing agent ``agent_name`` (rotation): its tokens keep
+    working until revoked, so the agent switches over and the old one is revoked after.
+    NotFound for no such agent; NotAuthorized (nothing created) unless the minter may rotate
+    (runtime.policy_features.can_rotate_agent_token). Preconditions as for
+    ``token_mint_for_agent``."""
+    can_manage_tokens(minter)
+    name = agent_name_checked(agent_name)
+    token_name = token_name_checked(token_name)
+    agent = Agent.objects.filter(name=name).first()
+    if agent is None:
+        raise NotFound(f"no agent named {name!r}")
+    can_rotate_agent_token(minter, agent_has_token=ApiToken.objects.filter(agent=agent).exists())
+    with transaction.atomic():
+        return token_issue_txn(
+            name=token_name or f"{name} (rotation)",
             created_by=minter.label,
             minted_by=minter.key,
             acts_as=f"agent:{name}",

@@ -36,6 +36,7 @@ FORMS = {
     "task-control": ("/tasks/{task_id}/", "your pause, resume or steer of task {task_id}"),
     "tokens": ("/tokens/", "the token you asked for"),
     "token-revoke": ("/tokens/", "the revocation of the token"),
+    "schedule-new": ("/schedules/", "the schedule you created"),
     "notification-email-test": ("/settings/notifications/", "your test e-mail"),
     "notification-endpoint-test": ("/settings/notifications/", "your test post"),
 }

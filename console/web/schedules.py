@@ -22,9 +22,11 @@ from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Schedule
 from runtime.models.schedules import Overlap
-from runtime.policy_features import can_manage_schedule
+from runtime.policy_features import can_create_schedule, can_manage_schedule
 from runtime.schedules import services, timing
+from runtime.schedules.specs import ScheduleSpec
 from runtime.selectors import schedules
+from runtime.tasks import TaskSpec
 
 _PAGE = "/schedules/"
 
@@ -72,7 +74,11 @@ def schedules_page(request: HttpRequest, actor: Actor) -> HttpResponse:
     return render(
         request,
         "console/schedules.html",
-        {"rows": _rows(actor), "overlaps": Overlap.ALL},
+        {
+            "rows": _rows(actor),
+            "overlaps": Overlap.ALL,
+            "can_create": policy.allowed(can_create_schedule, actor),
+        },
     )
 
 
@@ -192,3 +198,34 @@ def schedule_edit(request: HttpRequest, actor: Actor, schedule_id: str) -> HttpR
             "keep what they were started with.",
         )
     return _back(schedule_id)
+
+
+@require_POST
+@console_view
+def schedule_new(request: HttpRequest, actor: Actor) -> HttpResponse:
+    """The create form (/schedules/, admins): the fields of the edit form, as
+    POST /api/v1/schedules takes them; the schedule and its tasks are the admin's."""
+    can_create_schedule(actor)  # the right first: a 403 page whatever the form says
+    try:
+        changes, _ = _changes(request)
+        task = changes.pop("task")
+        spec = ScheduleSpec(
+            task=TaskSpec(**task),
+            cron=changes["cron"],
+            interval_seconds=changes["interval_seconds"],
+            timezone=changes["timezone"],
+            overlap=changes["overlap"] or Overlap.SKIP,
+            catch_up_seconds=changes["catch_up_seconds"],
+        )
+        schedule = services.schedule_create(actor, spec)
+    except NotAuthorized:
+        raise
+    except DomainError as exc:
+        messages.error(request, f"No schedule was created: {exc.message}.")
+        return HttpResponseRedirect(_PAGE)
+    messages.success(
+        request,
+        f"Schedule {schedule.pk} is created: its first run is "
+        f"{schedule.next_slot_at:%Y-%m-%d %H:%M} UTC.",
+    )
+    return _back(schedule.pk)

@@ -1,6 +1,7 @@
-"""API token management for admins (/tokens/): create (shown once), list, revoke. The right is
-can_manage_tokens, asked here and before each change; a token acts only as the admin
-who mints it or as a new agent (policy.can_mint_*); the changes are audited by the token
+"""API token management for admins (/tokens/): create (shown once), list, rotate, revoke. The
+right is can_manage_tokens, asked here and before each change; a token acts only as the admin
+who mints it, as a new agent, or as an agent that holds a token already (rotation; the
+policy_features.can_mint_* and can_rotate_* rights); the changes are audited by the token
 services."""
 
 from __future__ import annotations
@@ -13,14 +14,19 @@ from django.views.decorators.http import require_http_methods, require_POST
 from console.web.views import console_view
 from runtime import token_minting, tokens
 from runtime.actors import Actor
-from runtime.errors import InvalidInput, NotFound
-from runtime.models import ApiToken
+from runtime.errors import InvalidInput, NotAuthorized, NotFound
+from runtime.models import Agent, ApiToken
 from runtime.policy_features import can_manage_tokens
 
 
-def _page(request: HttpRequest, issued: tokens.IssuedToken | None = None) -> HttpResponse:
+def _page(
+    request: HttpRequest, issued: tokens.IssuedToken | None = None, status: int = 200
+) -> HttpResponse:
     response = render(
-        request, "console/tokens.html", {"tokens": tokens.token_list(), "issued": issued}
+        request,
+        "console/tokens.html",
+        {"tokens": tokens.token_list(), "issued": issued},
+        status=status,
     )
     # The one page that ever holds a token in clear: never cached anywhere.
     response["Cache-Control"] = "no-store"
@@ -36,13 +42,28 @@ def token_page(request: HttpRequest, actor: Actor) -> HttpResponse:
     kind = request.POST.get("kind", "")
     subject = request.POST.get("subject", "").strip()
     name = request.POST.get("name", "").strip() or None
-    # A person mints only for themself or for a new agent (the services ask the policy).
+    # A person mints only for themself, for a new agent, or a second token for an agent that
+    # holds one (rotation); the services ask the policy.
     if kind == "agent":
-        issued = token_minting.token_mint_for_agent(actor, subject, name)
+        try:
+            issued = token_minting.token_mint_for_agent(actor, subject, name)
+        except NotAuthorized:
+            if not Agent.objects.filter(name=subject).exists():
+                raise
+            # Not a dead end: the page, with the way to what was probably meant.
+            messages.error(
+                request,
+                f"Nothing was created: an agent named '{subject}' exists. To give it a second "
+                "token, use “New token” on its row below (rotation: its old token keeps "
+                "working until you revoke it).",
+            )
+            return _page(request, status=403)
+    elif kind == "rotate":
+        issued = token_minting.token_rotate_for_agent(actor, subject, name)
     elif kind == "user":
         issued = token_minting.token_mint_for_user(actor, subject, name)
     else:
-        raise InvalidInput("kind must be agent or user")
+        raise InvalidInput("kind must be agent, rotate or user")
     return _page(request, issued)
 
 

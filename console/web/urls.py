@@ -81,6 +81,7 @@ urlpatterns = [
         name="notification-endpoint-remove",
     ),
     path("schedules/", schedules.schedules_page, name="schedules"),
+    path("schedules/new", schedules.schedule_new, name="schedule-new"),
     path("schedules/<id:schedule_id>/act", schedules.schedule_action, name="schedule-action"),
     path("schedules/<id:schedule_id>/edit", schedules.schedule_edit, name="schedule-edit"),
 ]

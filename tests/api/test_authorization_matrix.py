@@ -173,6 +173,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "schedules/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "schedules/<id:schedule_id>/act"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     ("POST", "schedules/<id:schedule_id>/edit"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "schedules/new"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     # Notifications (issue 26): each person their own settings and deliveries; admins the
     # webhooks (the remove row names no endpoint: refused before anything is revealed).
     ("POST", "tasks/<id:task_id>/watch"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
@@ -181,6 +182,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "settings/notifications/"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
     ("POST", "settings/notifications/endpoints"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "settings/notifications/endpoints/<id:endpoint_id>/remove"): (LOGIN, LOGIN, LOGIN, 403, 403, 404, LOGIN, LOGIN, LOGIN),
+    ("POST", "settings/notifications/test"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "settings/notifications/endpoints/<id:endpoint_id>/test"): (LOGIN, LOGIN, LOGIN, 403, 403, 404, LOGIN, LOGIN, LOGIN),
     # Tools declared without code (issue 36): admins declare, edit and read the declarations;
     # the catalogue (above) stays every caller's.
     ("GET", "api/v1/tools/declared"): (401, 403, 403, 403, 403, 200, 403, 403, 200),
@@ -195,11 +198,13 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
 }  # fmt: skip
 
 # Minting on /tokens/, by target (POST /tokens/ above mints for a new agent): a token acts only
-# as its minter or as a new agent, never as another person or an existing agent.
+# as its minter, as a new agent, or as an agent that holds one (rotation: kind=rotate), never
+# as another person, and never as an existing agent through the new agent's form.
 MINTS: dict[str, tuple[Any, ...]] = {
     "themself": (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     "other_user": (LOGIN, LOGIN, LOGIN, 403, 403, 403, LOGIN, LOGIN, LOGIN),
     "existing_agent": (LOGIN, LOGIN, LOGIN, 403, 403, 403, LOGIN, LOGIN, LOGIN),
+    "rotate_agent": (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     "new_agent": (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
 }  # fmt: skip
 
@@ -267,6 +272,13 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("PATCH", "api/v1/tools/declared/<name>"): {"description": "matrix"},
     ("POST", "tools/declared"): {"name": "matrix.form", "kind": "agent", "contract": "none"},
     ("POST", "tools/declared/<name>/edit"): {"description": "matrix", "offered": "1"},
+    ("POST", "schedules/new"): {
+        "interval_seconds": "3600",
+        "timezone": "UTC",
+        "overlap": "allow",
+        "catch_up_seconds": "60",
+        "name": "matrix-new",
+    },
     ("POST", "schedules/<id:schedule_id>/edit"): {
         "interval_seconds": "3600",
         "timezone": "UTC",
@@ -528,6 +540,8 @@ def _mint_subject(target: str, principal: str, w: World) -> tuple[str, str]:
         return "user", w.principals[other].actor.name
     if target == "existing_agent":
         return "agent", w.principals["owner_agent"].actor.name
+    if target == "rotate_agent":
+        return "rotate", w.principals["owner_agent"].actor.name
     return "agent", "matrix-new-agent"
 
 
