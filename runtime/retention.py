@@ -186,7 +186,7 @@ def _locked(units: list[Unit]) -> list[Unit]:
     ops = dict(Operation.objects.filter(task_id__in=ids).values_list("id", "task_id"))
     held = set(
         Operation.objects.select_for_update(skip_locked=True)
-        .filter(id__in=list(ops))
+        .filter(task_id__in=ids)
         .order_by("id")
         .values_list("id", flat=True)
     )

@@ -335,3 +335,37 @@ def test_beat_has_a_worker_run_it(workers: Any, tmp_path: Path) -> None:
     )
     assert AuditRecord.objects.get(actor="system:retention", detail__tasks=1)
     assert [line["task"] for line in archive_lines(tmp_path / "store")] == [task.pk]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_tree_whose_operation_another_transaction_holds_is_passed_over(
+    retention: Path,
+) -> None:
+    """Retention takes the operation rows first (the global lock order) and never waits: one
+    held by another transaction leaves its tree for a later run."""
+    owner = factories.agent()
+    held, other = ended_task(owner, "held"), ended_task(owner, "other")
+    for task in (held, other):
+        aged(task.pk)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_operation() -> None:
+        with transaction.atomic():
+            Operation.objects.select_for_update().filter(task_id=held.pk).first()
+            locked.set()
+            assert release.wait(30)
+
+    thread, _ = in_thread(hold_operation)
+    assert locked.wait(30)
+    try:
+        report = retention_run()
+    finally:
+        release.set()
+        thread.join(30)
+
+    assert Task.objects.filter(pk=held.pk).exists()
+    assert not Task.objects.filter(pk=other.pk).exists()
+    assert report.skipped == 1
+    assert retention_run().tasks.count == 1  # the next run takes it
+    assert not Task.objects.filter(pk=held.pk).exists()
