@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.files.base import ContentFile
+from django.core.files import File
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import Max, Min
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 ACTOR = "system:retention"
 ARCHIVE_PREFIX = "retention/"
+ARCHIVE_READ = 20  # trees read for the archive at a time
+ARCHIVE_SPOOL = 16 * 1024 * 1024  # bytes of an archive kept in memory before it spills to disk
 
 
 @dataclass
@@ -151,10 +154,7 @@ def _units_count(units: list[Unit], removed: Removed) -> None:
 def _batch_remove(
     units: list[Unit], cutoff: datetime, now: datetime, report: RetentionReport
 ) -> None:
-    rows = unit_rows(units)
-    name = _archive_write(
-        now, "tasks", ({"task": unit.root, "tables": rows[unit.root]} for unit in units)
-    )
+    name = _archive_write(now, "tasks", _tree_lines(units))
     report.archives.append(name)
     crash_point("retention.archived")
     with transaction.atomic():
@@ -245,9 +245,22 @@ def _requests_remove(cutoff: datetime, now: datetime, report: RetentionReport) -
         report.idempotency_keys.saw(n, rows[0]["created_at"], rows[-1]["created_at"])
 
 
+def _tree_lines(units: list[Unit]) -> Iterator[dict[str, Any]]:
+    """One archive line per tree, read ARCHIVE_READ trees at a time: a batch of long journals
+    is never held in memory at once."""
+    for start in range(0, len(units), ARCHIVE_READ):
+        chunk = units[start : start + ARCHIVE_READ]
+        rows = unit_rows(chunk)
+        yield from ({"task": unit.root, "tables": rows[unit.root]} for unit in chunk)
+
+
 def _archive_write(now: datetime, kind: str, lines: Iterable[dict[str, Any]]) -> str:
     """Write the lines (JSON, one object each) to the artifact storage under a dated name that
-    no other run can take; returns the name stored."""
-    body = "".join(json.dumps(line, cls=DjangoJSONEncoder, sort_keys=True) + "\n" for line in lines)
+    no other run can take; returns the name stored. The file is spooled (to disk past
+    ARCHIVE_SPOOL bytes) and then handed to the storage as one object."""
     name = f"{ARCHIVE_PREFIX}{now:%Y-%m-%d}/{kind}-{now:%H%M%S}-{uuid.uuid4().hex[:12]}.jsonl"
-    return str(artifact_storage().save(name, ContentFile(body.encode())))
+    with tempfile.SpooledTemporaryFile(max_size=ARCHIVE_SPOOL) as spool:
+        for line in lines:
+            spool.write(json.dumps(line, cls=DjangoJSONEncoder, sort_keys=True).encode() + b"\n")
+        spool.seek(0)
+        return str(artifact_storage().save(name, File(spool, name=name)))

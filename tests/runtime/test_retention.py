@@ -77,7 +77,8 @@ def archive_lines(root: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_only_ended_old_settled_work_goes(retention: Path) -> None:
+def test_only_ended_old_settled_work_goes(retention: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(retention_service, "ARCHIVE_READ", 1)  # a batch read in several parts
     owner = factories.agent()
     old = [ended_task(owner, f"old {n}") for n in range(3)]
     recent = ended_task(owner, "recent")
@@ -108,6 +109,7 @@ def test_only_ended_old_settled_work_goes(retention: Path) -> None:
     assert set(Task.objects.filter(pk__in=kept).values_list("pk", flat=True)) == kept
     assert Operation.objects.filter(task_id__in=kept).count() == 4
     assert report.tasks.rows["runtime_operation"] == 3
+    assert sorted(line["task"] for line in archive_lines(retention)) == sorted(t.pk for t in old)
     # The removal is recorded by the system actor, batch by batch, with its counts.
     audits = list(AuditRecord.objects.filter(actor="system:retention").order_by("id"))
     assert sum(a.detail["tasks"] for a in audits) == 3
