@@ -10,6 +10,13 @@
 - The bottom layer (models, the transition tables, the rule tables of ``runtime.rules``,
   errors, ids, keys, hashing, text rules, the SQL files' loader) imports nothing of the runtime
   above it: a rule is a table over models and transitions, never a service.
+- Above it the layers of ``LAYERS``, in order, and no module imports a module of a layer above
+  its own: the foundation the writers consult (database, journal, outbox, rights, ledgers, tool
+  adapters), the selectors (reads), the one status writer and the one insert, the reactions a
+  transition applies (what follows a settled operation, sagas, attempts, pause, the approval
+  gate, task creation), the transitions (runtime/transitions/: one module per transition), the
+  services people and agents call, the worker side (executor, sweeper, Celery tasks), the
+  simulation, and the console on top.
 - Sizes (limits in ``pyproject.toml``, ``[tool.agent_console.limits]``): no module of ``runtime``
   over ``module_lines`` lines, no function of ``runtime`` or ``console`` over ``function_lines``
   (ruff's complexity rules, C901 and PLR0912/PLR0915, bound their branches and statements). A
@@ -40,6 +47,59 @@ BOTTOM = (
     "runtime.sqlfiles",
     "runtime.rules",
 )
+
+
+# The layers above the bottom one, lowest first; a module belongs to the layer of its longest
+# matching prefix, and a runtime module named nowhere is a service.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bottom", BOTTOM),
+    (
+        "foundation",
+        (
+            *("runtime.db", "runtime.dialect", "runtime.events", "runtime.outbox"),
+            *("runtime.publish", "runtime.drainers", "runtime.lease_tokens", "runtime.keyring"),
+            *("runtime.actors", "runtime.specs", "runtime.stoprule", "runtime.notify_events"),
+            *("runtime.logcontext", "runtime.history", "runtime.address_guard"),
+            *("runtime.artifact_store", "runtime.jsonschemas", "runtime.jsonschema_engine"),
+            *("runtime.jsonschema_cycles", "runtime.notify_secrets", "runtime.executions"),
+            *("runtime.ratelimit_counters", "runtime.ratelimits", "runtime.tokens"),
+            *("runtime.accounts", "runtime.schedule_owners", "runtime.admission"),
+            *("runtime.budgets", "runtime.budget_allocations", "runtime.children"),
+            *("runtime.slots", "runtime.sandbox", "runtime.tools", "runtime.policy"),
+            *("runtime.policy_features", "runtime.approval_seal", "runtime.checkers"),
+        ),
+    ),
+    ("selectors", ("runtime.selectors",)),
+    (
+        "status writer",
+        (
+            *("runtime.transitions.status", "runtime.transitions.insert"),
+            *("runtime.transitions.rejections", "runtime.transitions.fast"),
+        ),
+    ),
+    (
+        "reactions",
+        (
+            *("runtime.reactor", "runtime.compensation", "runtime.attempts"),
+            *("runtime.control", "runtime.approval_gate", "runtime.tasks"),
+        ),
+    ),
+    ("transitions", ("runtime.transitions",)),
+    ("services", ("runtime",)),
+    ("worker", ("runtime.executor", "runtime.sweeper", TOP)),
+    ("simulation", ("runtime.simulation",)),
+    ("console", ("console",)),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the layer ``module`` belongs to (its longest matching prefix)."""
+    best, found = -1, len(LAYERS) - 1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(f"{prefix}.")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
 
 
 # Modules and functions over the limits while issue 35 splits them: each entry leaves this list
@@ -189,6 +249,11 @@ def breaches(edges: dict[str, set[str]] | None = None) -> list[str]:
             )
             if above:
                 problems.append(f"{module} (bottom layer) imports {', '.join(above)}")
+        upward = sorted(t for t in targets if layer_of(t) > layer_of(module))
+        if upward and not module.startswith(BOTTOM):
+            own = LAYERS[layer_of(module)][0]
+            names = ", ".join(f"{t} ({LAYERS[layer_of(t)][0]})" for t in upward)
+            problems.append(f"{module} ({own}) imports upward: {names}")
     return problems
 
 

@@ -59,3 +59,24 @@ def test_the_pending_list_names_only_what_is_still_too_big():
     finally:
         layers.PENDING_SIZES = pending_only
     assert pending_only - still_big == set()
+
+
+def test_the_layers_run_from_the_tables_up_to_the_console_and_an_upward_import_breaches():
+    names = [name for name, _ in layers.LAYERS]
+    assert names.index("transitions") < names.index("services") < names.index("worker")
+    assert names.index("worker") < names.index("console")
+    of = {m: layers.LAYERS[layers.layer_of(m)][0] for m in layers.modules()}
+    assert of["runtime.transitions.claim"] == "transitions"
+    assert of["runtime.selectors.tasks"] == "selectors"
+    assert of["runtime.approvals"] == "services"  # a module named nowhere is a service
+    assert of["runtime.rules.claim"] == "bottom"
+    edges = layers.graph()
+    # A ledger reaching up to a transition, and a read reaching up to a service.
+    edges["runtime.budgets"] = edges["runtime.budgets"] | {"runtime.transitions.claim"}
+    edges["runtime.selectors.tasks"] = edges["runtime.selectors.tasks"] | {"runtime.approvals"}
+    problems = layers.breaches(edges)
+    assert (
+        "runtime.budgets (foundation) imports upward: runtime.transitions.claim (transitions)"
+        in (problems)
+    )
+    assert any(p.startswith("runtime.selectors.tasks (selectors) imports upward") for p in problems)
