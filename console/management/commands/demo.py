@@ -16,9 +16,11 @@ on its database); the demo accounts and the URL are printed last."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -36,13 +38,31 @@ from runtime.accounts import console_user_create
 from runtime.actors import ROLES
 from runtime.tokens import token_issue_for_agent
 
-DEMO_AGENT = "demo-story"
+# The agent whose token `make run` prints (runstack's demo accounts): that token sees the story.
+DEMO_AGENT = "demo-agent"
+# A healthy team's day: at most this many of the story's items wait for people at once, however
+# long it runs; the agent closes its own tasks once their work is done.
+OPEN_REFUNDS = 4
+OPEN_NOTICES = 2
+# Under the requests' hour of validity: a refund nobody decided is withdrawn before it expires,
+# so expired waits do not pile up either.
+REFUND_PATIENCE_SECONDS = 50 * 60
 APPROVAL_AMOUNT_CENTS = 25_000  # above demo.payments.charge's approval threshold
 REPORT_SCHEMA = {
     "type": "object",
     "required": ["week", "orders", "refunds"],
     "properties": {"week": {"type": "string"}, "orders": {"type": "integer"}},
 }
+
+
+@dataclass
+class Story:
+    """What the story has open across passes: each refund's and notice's task with the operation
+    it waits on (and when it started), and tasks to complete once their work has ended."""
+
+    refunds: dict[str, tuple[str, float]] = field(default_factory=dict)
+    notices: dict[str, str] = field(default_factory=dict)
+    closing: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,10 +100,13 @@ class Command(BaseCommand):
         stack = _stack_start(url) if options["with_stack"] else None
         try:
             self._run(url, options)
+        except KeyboardInterrupt:
+            # Ctrl-C reaches this process only (the stack has a session of its own): the pass
+            # in flight stops here, and the stack is stopped below, in that order.
+            self.stdout.write("\nThe demo stopped (Ctrl-C); what it started stays in the console.")
         finally:
             if stack is not None:
-                stack.terminate()
-                stack.wait(timeout=30)
+                _stack_stop(stack)
 
     def _run(self, url: str, options: dict[str, Any]) -> None:
         # The client is a package of its own (pip install ./client), installed by `make demo`
@@ -92,12 +115,13 @@ class Command(BaseCommand):
 
         accounts = self._accounts()
         token = token_issue_for_agent(DEMO_AGENT).secret
+        story = Story()
         with Client(base_url=url, token=token) as console:
             n = 0
             while True:
                 n += 1
                 try:
-                    done = story_pass(console, n, timeout=float(options["timeout"]))
+                    done = story_pass(console, n, timeout=float(options["timeout"]), story=story)
                 except Exception as exc:
                     raise CommandError(f"the demo pass failed: {exc!r}") from exc
                 self.stdout.write("\n".join(done.lines))
@@ -129,15 +153,18 @@ class Command(BaseCommand):
         return "\n".join(lines)
 
 
-def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
-    """One pass of the story through ``console`` (an agent_console_client.Client)."""
+def story_pass(console: Any, n: int, *, timeout: float, story: Story | None = None) -> Pass:
+    """One pass of the story through ``console`` (an agent_console_client.Client). ``story``
+    carries what is open from one pass to the next (a fresh one: a single pass): the pass first
+    closes what people settled, then adds work only up to OPEN_REFUNDS and OPEN_NOTICES."""
     from agent_console_client.models import HUMAN_STATUSES, TERMINAL_STATUSES  # noqa: PLC0415
 
     settled = TERMINAL_STATUSES | HUMAN_STATUSES
-
+    story = story if story is not None else Story()
     done = Pass()
     stamp = time.strftime("%H:%M:%S")
-    _refunds(console, n, stamp, done)
+    _tidy(console, story, done)
+    _refunds(console, n, stamp, done, story)
     inventory = console.create_task(f"reserve stock ({stamp})", {"sku": "SKU-7"})
     flaky = console.propose(
         inventory.id,
@@ -145,26 +172,89 @@ def story_pass(console: Any, n: int, *, timeout: float) -> Pass:
         {"sku": "SKU-7", "qty": 2, "_fault": "transient:2"},
         step="reserve",
     )
-    notice = console.create_task(f"tell the customer ({stamp})")
-    unknown = console.propose(
-        notice.id,
-        "demo.notify",
-        {"to": "customer@example.com", "message": "your refund is on its way", "_fault": "unknown"},
-        step="notify",
-    )
+    story.closing.append(inventory.id)
+    unknown = None
+    if len(story.notices) < OPEN_NOTICES:
+        notice = console.create_task(f"tell the customer ({stamp})")
+        unknown = console.propose(
+            notice.id,
+            "demo.notify",
+            {
+                "to": "customer@example.com",
+                "message": "your refund is on its way",
+                "_fault": "unknown",
+            },
+            step="notify",
+        )
+        story.notices[notice.id] = unknown.id
     _report(console, n, stamp, done)
-    _budget(console, stamp, done)
+    _budget(console, stamp, done, story)
 
     done.flaky = console.wait_operation(flaky.id, until=settled, timeout=timeout).status
     done.lines.append(f"flaky inventory call {flaky.id}: {done.flaky} after retries")
-    done.unresolved = console.wait_operation(unknown.id, until=settled, timeout=timeout).status
-    done.lines.append(f"notification {unknown.id}: {done.unresolved} (for support staff)")
+    if unknown is not None:
+        done.unresolved = console.wait_operation(unknown.id, until=settled, timeout=timeout).status
+        done.lines.append(f"notification {unknown.id}: {done.unresolved} (for support staff)")
     return done
 
 
-def _refunds(console: Any, n: int, stamp: str, done: Pass) -> None:
-    """Two refunds over the approval threshold: they wait for a person."""
-    for order, amount in ((1040 + n, APPROVAL_AMOUNT_CENTS), (2040 + n, APPROVAL_AMOUNT_CENTS + 5)):
+def _tidy(console: Any, story: Story, done: Pass) -> None:
+    """The agent's own housekeeping: a refund or notice whose operation ended closes its task
+    (completed when it succeeded, else cancelled), a refund nobody decided in
+    REFUND_PATIENCE_SECONDS is withdrawn, and finished work is completed."""
+    from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
+
+    now = time.monotonic()
+    for task_id, (op_id, since) in list(story.refunds.items()):
+        if _close(console, task_id, op_id):
+            del story.refunds[task_id]
+        elif now - since > REFUND_PATIENCE_SECONDS:
+            _cancel(console, task_id, "no decision within 50 minutes: refunded another way")
+            del story.refunds[task_id]
+    for task_id, op_id in list(story.notices.items()):
+        if _close(console, task_id, op_id):
+            del story.notices[task_id]
+    for task_id in list(story.closing):
+        try:
+            console.complete_task(task_id)
+        except errors.ConsoleError:
+            continue  # its work is still running: next pass
+        story.closing.remove(task_id)
+    done.lines.append(
+        f"open: {len(story.refunds)} refund(s), {len(story.notices)} notice(s) for people"
+    )
+
+
+def _close(console: Any, task_id: str, op_id: str) -> bool:
+    """Close ``task_id`` when its operation ended: True when it did (or the task is gone)."""
+    from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
+    from agent_console_client.models import TERMINAL_STATUSES  # noqa: PLC0415
+
+    status = console.get_operation(op_id).status
+    if status not in TERMINAL_STATUSES:
+        return False
+    if status == "succeeded":
+        try:
+            console.complete_task(task_id)
+            return True
+        except errors.ConsoleError:
+            pass  # not completable (ended meanwhile): cancelled below, which ends it either way
+    _cancel(console, task_id, f"its operation ended {status}")
+    return True
+
+
+def _cancel(console: Any, task_id: str, reason: str) -> None:
+    from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
+
+    with contextlib.suppress(errors.ConsoleError):  # already ended: nothing to close
+        console.cancel_task(task_id, reason)
+
+
+def _refunds(console: Any, n: int, stamp: str, done: Pass, story: Story) -> None:
+    """Refunds over the approval threshold, two a pass while fewer than OPEN_REFUNDS wait for a
+    person."""
+    pairs = ((1040 + n, APPROVAL_AMOUNT_CENTS), (2040 + n, APPROVAL_AMOUNT_CENTS + 5))
+    for order, amount in pairs[: max(0, OPEN_REFUNDS - len(story.refunds))]:
         task = console.create_task(f"refund order #{order} ({stamp})", {"order": order})
         op = console.propose(
             task.id,
@@ -172,8 +262,10 @@ def _refunds(console: Any, n: int, stamp: str, done: Pass) -> None:
             {"account": f"cust-{order}", "amount_cents": amount},
             step="refund",
         )
+        story.refunds[task.id] = (op.id, time.monotonic())
         done.approvals.append(op.id)
-    done.lines.append(f"refunds waiting for approval: {', '.join(done.approvals)}")
+    if done.approvals:
+        done.lines.append(f"refunds waiting for approval: {', '.join(done.approvals)}")
 
 
 def _report(console: Any, n: int, stamp: str, done: Pass) -> None:
@@ -202,11 +294,12 @@ def _report(console: Any, n: int, stamp: str, done: Pass) -> None:
     done.lines.append(f"report {report.id}: checks passed, task {ended.outcome}")
 
 
-def _budget(console: Any, stamp: str, done: Pass) -> None:
+def _budget(console: Any, stamp: str, done: Pass, story: Story) -> None:
     """Calls against a small budget until one is refused."""
     from agent_console_client import errors  # noqa: PLC0415 (optional package, see handle)
 
     budget = console.create_task(f"summarise tickets ({stamp})", budget={"cost_cents": 100})
+    story.closing.append(budget.id)
     for i in range(5):
         try:
             console.propose(
@@ -234,6 +327,9 @@ def _stack_start(url: str) -> subprocess.Popen[bytes]:
             cwd=settings.BASE_DIR,
             stdout=out,
             stderr=subprocess.STDOUT,
+            # Its own session: the terminal's Ctrl-C reaches the demo, which stops the stack
+            # after its pass (the stack going first ended the pass in a connection error).
+            start_new_session=True,
         )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -248,3 +344,15 @@ def _stack_start(url: str) -> subprocess.Popen[bytes]:
             time.sleep(0.3)
     proc.terminate()
     raise CommandError(f"the stack did not answer at {url}: see {logs / 'stack.log'}")
+
+
+def _stack_stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the stack as Ctrl-C would (runstack stops its processes on SIGINT)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
