@@ -54,6 +54,7 @@ SWEEPER = "system:sweeper"
 SAGA = "system:saga"
 RUNTIME = "system:runtime"
 SCHEDULER = "system:scheduler"  # the sweeper deciding a schedule's slots
+RETENTION = "system:retention"  # removal of ended work (an audit record per batch)
 
 
 def execution_actor(execution_id: str | None) -> str:

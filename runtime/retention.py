@@ -35,6 +35,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from runtime import dialect
+from runtime.actors import RETENTION
 from runtime.artifact_store import artifact_storage
 from runtime.crashpoints import crash_point
 from runtime.models import AuditRecord, IdempotentRequest, Operation, Task
@@ -49,7 +50,7 @@ from runtime.selectors.retention import (
 
 log = logging.getLogger(__name__)
 
-ACTOR = "system:retention"
+ACTOR = RETENTION
 ARCHIVE_PREFIX = "retention/"
 ARCHIVE_READ = 20  # trees read for the archive at a time
 ARCHIVE_SPOOL = 16 * 1024 * 1024  # bytes of an archive kept in memory before it spills to disk
