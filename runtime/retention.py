@@ -38,6 +38,7 @@ from runtime import dialect
 from runtime.actors import RETENTION
 from runtime.artifact_store import artifact_storage
 from runtime.crashpoints import crash_point
+from runtime.db import outside_transaction
 from runtime.models import AuditRecord, IdempotentRequest, Operation, Task
 from runtime.selectors.retention import (
     PARTS,
@@ -259,6 +260,7 @@ def _archive_write(now: datetime, kind: str, lines: Iterable[dict[str, Any]]) ->
     """Write the lines (JSON, one object each) to the artifact storage under a dated name that
     no other run can take; returns the name stored. The file is spooled (to disk past
     ARCHIVE_SPOOL bytes) and then handed to the storage as one object."""
+    outside_transaction("writing a retention archive")
     name = f"{ARCHIVE_PREFIX}{now:%Y-%m-%d}/{kind}-{now:%H%M%S}-{uuid.uuid4().hex[:12]}.jsonl"
     with tempfile.SpooledTemporaryFile(max_size=ARCHIVE_SPOOL) as spool:
         for line in lines:
