@@ -146,7 +146,7 @@ def _tasks_remove(cutoff: datetime, now: datetime, report: RetentionReport) -> N
 
 def _units_count(units: list[Unit], removed: Removed) -> None:
     task_ids = [task_id for unit in units for task_id in unit.seen]
-    removed.saw(len(units), min(u.at for u in units), max(u.at for u in units))
+    removed.saw(len(task_ids), min(u.at for u in units), max(u.at for u in units))
     for part in PARTS:
         n = part.rows(task_ids).count()
         if n:
@@ -168,11 +168,18 @@ def _batch_remove(
             actor=ACTOR,
             action="retention.tasks_removed",
             subject=name,
-            detail={"tasks": len(kept), "rows": counts, "skipped": skipped, "before": str(cutoff)},
+            detail={
+                "tasks": sum(len(u.seen) for u in kept),
+                "trees": len(kept),
+                "rows": counts,
+                "skipped": skipped,
+                "before": str(cutoff),
+            },
         )
     report.skipped += len(skipped)
     if kept:
-        report.tasks.saw(len(kept), min(u.at for u in kept), max(u.at for u in kept))
+        tasks = sum(len(u.seen) for u in kept)
+        report.tasks.saw(tasks, min(u.at for u in kept), max(u.at for u in kept))
         for table, n in counts.items():
             report.tasks.rows[table] = report.tasks.rows.get(table, 0) + n
 

@@ -227,8 +227,8 @@ def test_a_parent_goes_with_its_children_only_when_all_of_them_may(retention: Pa
     aged(parent.pk)
     aged(child.pk)
     report = retention_run()
-    assert report.tasks.count == 1  # one tree
-    assert report.tasks.rows["runtime_task"] == 2
+    assert report.tasks.count == report.tasks.rows["runtime_task"] == 2
+    assert AuditRecord.objects.get(detail__trees=1).detail["tasks"] == 2
     assert not Task.objects.filter(pk__in=[parent.pk, child.pk]).exists()
 
 
