@@ -369,6 +369,9 @@ class WalScan:
     wal_bytes: dict[str, int]  # database name -> bytes of the records that touched it
     commit_at: dict[int, float]  # xid (and its subtransactions') -> commit time, epoch seconds
     total_bytes: int  # every record of the window, all databases
+    # database name -> bytes of full-page images among wal_bytes: written for a page's first
+    # change after a checkpoint, so they follow where the checkpoints fell (issue 37)
+    fpi_bytes: dict[str, int] = field(default_factory=dict)
 
 
 class Window:
@@ -408,6 +411,7 @@ class Window:
             "receiver_commits_per_op": scan.receiver_commits / n,
             "dbos_commits_per_op": scan.commits.get("dbos", 0) / n,
             "wal_bytes_per_op": scan.wal_bytes.get("bench", 0) / n,
+            "wal_fpi_bytes_per_op": scan.fpi_bytes.get("bench", 0) / n,
             "dbos_wal_bytes_per_op": scan.wal_bytes.get("dbos", 0) / n,
             "server_wal_bytes": scan.total_bytes,
             # Counters, no segment read (issue 37): the server's WAL position moved and
@@ -522,7 +526,8 @@ class Bench:
             with connection.cursor() as cur:
                 cur.execute(
                     "SELECT xid::text::bigint, resource_manager, record_type, record_length, "
-                    "description, block_ref FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)",
+                    "description, block_ref, fpi_length "
+                    "FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)",
                     [start, end],
                 )
                 rows = cur.fetchall()
@@ -536,9 +541,10 @@ class Bench:
         touched: dict[int, set[str]] = defaultdict(set)  # xid -> databases it wrote in
         ours: set[int] = set()  # xids that wrote bench relations other than the receivers'
         wal_bytes: Counter[str] = Counter()
+        fpi_bytes: Counter[str] = Counter()
         commits: list[tuple[int, list[int], float]] = []
         total = 0
-        for xid, rmgr, rtype, length, desc, refs in rows:
+        for xid, rmgr, rtype, length, desc, refs, fpi in rows:
             total += length
             if rmgr == "Transaction" and rtype.startswith("COMMIT"):
                 sub = _SUBXACTS.search(desc or "")
@@ -553,6 +559,7 @@ class Bench:
                     continue
                 touched[xid].add(name)
                 wal_bytes[name] += length
+                fpi_bytes[name] += fpi or 0
                 if name == "bench" and int(node) not in self.receivers:
                     ours.add(xid)
         counted: Counter[str] = Counter()
@@ -567,7 +574,9 @@ class Bench:
                 receiver_only += 1
             for x in group:
                 commit_at[x] = at
-        return WalScan(dict(counted), receiver_only, dict(wal_bytes), commit_at, total)
+        return WalScan(
+            dict(counted), receiver_only, dict(wal_bytes), commit_at, total, dict(fpi_bytes)
+        )
 
 
 def pg_stat_statements_note() -> str:
@@ -1691,6 +1700,7 @@ PEER_KEYS = (
     "web_concurrency",
     "commits_per_op",
     "wal_kb_per_op",
+    "wal_kb_per_op_no_fpi",
     "api_propose_per_s",
     "web_cpu_ms_per_proposal",
     "floor_rest_per_s",
@@ -2348,6 +2358,16 @@ def summarize(
         "commits_per_op": lambda: ours_median("commits_per_op"),
         "wal_kb_per_op": lambda: (
             measured([wal_bytes(g["ours"]) for g in rounds if "ours" in g]) / 1024
+        ),
+        "wal_kb_per_op_no_fpi": lambda: (
+            measured(
+                [
+                    g["ours"]["wal_bytes_per_op"] - g["ours"]["wal_fpi_bytes_per_op"]
+                    for g in rounds
+                    if "ours" in g and g["ours"].get("wal_scanned")
+                ]
+            )
+            / 1024
         ),
         "p50_ms": lambda: extra["paced"]["p50_ms"],
         "p99_ms": lambda: extra["paced"]["p99_ms"],

@@ -33,6 +33,7 @@ def _ours() -> dict[str, Any]:
         "propose_per_s": 90.0,
         "commits_per_op": 2.5,
         "wal_bytes_per_op": 6144.0,
+        "wal_fpi_bytes_per_op": 2048.0,
         "wal_scanned": True,
         "web_cpu_ms_per_proposal": 4.0,
         "redis_cmds_per_op": 9.0,
@@ -69,6 +70,7 @@ def test_a_part_that_raises_leaves_the_others_figures_and_is_named_missing(
     figures = dict(kv.split("=", 1) for kv in line.split()[1:])
     assert figures["ops_per_s"] == "40.00"
     assert figures["wal_kb_per_op"] == "6.00"
+    assert figures["wal_kb_per_op_no_fpi"] == "4.00"
     assert figures["ratio_vs_celery"] == "0.40"  # the round where both ran
     missing = figures["missing"].split(",")
     assert {"r0-floor", "r1-floor", "r1-celery", "floor_rest_per_s"} <= set(missing)

@@ -56,11 +56,14 @@ def test_a_quick_bench_of_the_peers_over_http_gives_every_key(tmp_path: Path) ->
         check=False,
     )
     output = done.stdout[-4000:] + done.stderr[-4000:]
-    assert done.returncode == 0, output
     lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     assert len(lines) == 1, output
     figures = dict(kv.split("=", 1) for kv in lines[0].split()[1:])
-    assert "missing" not in figures, lines[0]
+    # The one figure a busy shared server may take away: the images' share of the WAL needs
+    # the WAL scan, skipped when the window's segments were recycled before it.
+    missing = set(figures.get("missing", "").split(",")) - {""}
+    assert missing <= {"wal_kb_per_op_no_fpi"}, lines[0]
+    assert done.returncode == (1 if missing else 0), output
     assert set(PEER_KEYS) <= set(figures), lines[0]
     for part in ("r0-ours", "r0-floor", "r0-drf_celery", "r0-dbos_http"):
         written = json.loads((tmp_path / "parts" / f"{part}.json").read_text())
