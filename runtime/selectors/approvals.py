@@ -154,3 +154,15 @@ def pending_approval_count() -> int:
     return Approval.objects.filter(
         status=ApprovalStatus.PENDING, operation__status=OperationStatus.WAITING_APPROVAL
     ).count()
+
+
+def first_proposal_hash(op: Operation) -> str | None:
+    """The parameter hash the requester proposed, before any edit by a person: an agent that
+    repeats its own proposal gets the operation back, not a conflict with the edit."""
+    if not op.approval_required:
+        return None
+    return (
+        Approval.objects.filter(operation_id=op.pk, proposal_version=1)
+        .values_list("params_hash", flat=True)
+        .first()
+    )

@@ -18,11 +18,7 @@ from psycopg.types.json import Jsonb
 from runtime import dialect
 from runtime.actors import Actor
 from runtime.admission import queue_admit_txn, queue_limited
-from runtime.approval_gate import (
-    MAX_APPROVAL_TIMEOUT_SECONDS,
-    approval_request_txn,
-    first_proposal_hash,
-)
+from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS, approval_request_txn
 from runtime.attempts import AttemptMoved, attempt_bound, attempt_unmoved_txn
 from runtime.budgets import budget_remember, budget_reserve_txn
 from runtime.db import durable_statement, fetchone_named, prepared_cursor, refusal_code
@@ -42,6 +38,7 @@ from runtime.policy import can_propose
 from runtime.rules.admission import admission_refused, task_admission_check
 from runtime.rules.general_writer import PROPOSE, FastFacts, general_writer_needed
 from runtime.rules.statuses import OperationStatus
+from runtime.selectors.approvals import first_proposal_hash
 from runtime.selectors.tasks import task_for_proposal
 from runtime.specs import OperationSpec
 from runtime.sqlfiles import queries
