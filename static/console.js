@@ -243,9 +243,26 @@
       .split("{total}").join(total.length ? "\nIn all: " + total.join(", ") : "");
   }
 
+  // A button that needs a field filled first (data-requires: the field's name) says so at the
+  // field before any question is asked: nothing is confirmed that the server would refuse.
+  function missing(form, button) {
+    var name = button && button.getAttribute("data-requires");
+    var field = name ? form.elements[name] : null;
+    if (!field || field.value.trim()) return false;
+    field.setCustomValidity(button.getAttribute("data-requires-message") || "Fill this in first.");
+    field.reportValidity();
+    field.addEventListener("input", function clear() {
+      field.setCustomValidity("");
+      field.removeEventListener("input", clear);
+    });
+    field.focus();
+    return true;
+  }
+
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
     var button = ev.submitter;
+    if (missing(form, button)) { ev.preventDefault(); return; }
     var release = button && button.getAttribute("data-confirm-release");
     var text = release ? releaseQuestion(form, release)
       : (button && button.getAttribute("data-confirm")) || form.getAttribute("data-confirm");

@@ -58,3 +58,13 @@ class LoginView(auth_views.LoginView):
             response["Retry-After"] = str(exc.retry_after)
             return response
         return self.form_invalid(form)
+
+
+class LogoutView(auth_views.LogoutView):
+    """POST logs out (Django's: a link must not log anyone out); GET, a link or a typed
+    address, shows a page with the button instead of a blank 405."""
+
+    http_method_names = ["get", "post", "options"]
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return render(request, "console/logout.html")

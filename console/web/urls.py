@@ -1,4 +1,3 @@
-from django.contrib.auth import views as auth_views
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
@@ -17,7 +16,7 @@ from console.web import (
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", auth.LogoutView.as_view(), name="logout"),
     path("", views.dashboard, name="dashboard"),
     path("fragments/dashboard", views.dashboard_fragment, name="dashboard-fragment"),
     path("tasks/", views.task_list, name="task-list"),

@@ -31,7 +31,7 @@ from runtime.actors import Actor
 from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
-from runtime.rules.statuses import TaskCondition, TaskOutcome
+from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
 from runtime.selectors import budgets, tasks
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.selectors.notifications import task_watching
@@ -85,8 +85,12 @@ def dashboard_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
     return render(request, "console/_dashboard_body.html", _dashboard_context(actor))
 
 
+_NEEDS_SUPPORT = (OperationStatus.UNRESOLVED, OperationStatus.MANUAL_INTERVENTION)
+
+
 def _dashboard_context(actor: Actor) -> dict[str, Any]:
     counts = tasks.task_counts()
+    unresolved = Operation.objects.filter(status__in=_NEEDS_SUPPORT)
     by_condition = {c: 0 for c in TaskCondition.ALL}
     by_outcome = {o: 0 for o in TaskOutcome.ALL}
     for (condition, outcome), n in counts.items():
@@ -102,8 +106,12 @@ def _dashboard_context(actor: Actor) -> dict[str, Any]:
         "needs": {
             "approvals": pending_approval_count(),
             "waits": expired_wait_count(),
-            "unresolved": Operation.objects.filter(status="unresolved").count(),
+            # The /unresolved/ queue's own statuses: the count is the queue's length.
+            "unresolved": unresolved.count(),
         },
+        # Tasks still open with an operation in that queue: their outcome is not written yet,
+        # so the outcome table (ended tasks) cannot count them; said beside it.
+        "open_unresolved_tasks": unresolved.values("task_id").distinct().count(),
     }
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum, TextField
+from django.db.models.functions import Cast
 
 from runtime.actors import Actor
 from runtime.db import db_datetime, fetchone_named, prepared_cursor
@@ -107,7 +108,9 @@ def task_list(
     if external_id:
         qs = qs.filter(external_id=external_id)
     if search:
-        qs = qs.filter(Q(name__icontains=search) | task_search_owner(search))
+        qs = qs.filter(
+            Q(name__icontains=search) | task_search_owner(search) | task_search_params(search)
+        )
     if before is not None:
         at, last_id = before
         qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
@@ -151,6 +154,25 @@ def task_search_owner(text: str) -> Q:
     if keyed is not None:
         found |= Q(pk__in=keyed.values("task_id"))
     return found | keyed_task
+
+
+# How many of the latest operations a search reads the parameters of: a value people look up
+# ("acct-1042") is recent work's, and the search stays one bounded scan, not the whole table.
+SEARCH_PARAMS_RECENT = 5000
+
+
+def task_search_params(text: str) -> Q:
+    """Tasks whose recent operations (the latest SEARCH_PARAMS_RECENT) carry ``text`` in their
+    parameters (a value, as its JSON text holds it; three characters at least). Pure."""
+    if len(text) < 3 or len(text) > _SEARCH_ID_MAX:
+        return Q(pk__in=[])
+    recent = Operation.objects.order_by("-created_at").values("pk")[:SEARCH_PARAMS_RECENT]
+    holding = (
+        Operation.objects.filter(pk__in=recent)
+        .annotate(params_text=Cast("params", TextField()))
+        .filter(params_text__icontains=text)
+    )
+    return Q(pk__in=holding.values("task_id"))
 
 
 @dataclass(frozen=True)

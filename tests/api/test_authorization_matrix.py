@@ -140,6 +140,7 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "login/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("POST", "logout/"): (302, 302, 302, 302, 302, 302, 302, 302, 302),
+    ("GET", "logout/"): (200, 200, 200, 200, 200, 200, 200, 200, 200),
     ("GET", ""): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/dashboard"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "tasks/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),

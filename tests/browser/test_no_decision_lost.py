@@ -138,7 +138,9 @@ IRREVERSIBLE = {
     "revoke-token": Irreversible(
         "admin",
         _revoke_setup,
-        lambda page: page.locator("tr", has_text="agent:ci-bot").get_by_role("button").click(),
+        lambda page: (
+            page.locator("tr", has_text="agent:ci-bot").get_by_role("button", name="Revoke").click()
+        ),
         "acting as agent:ci-bot? Whatever uses it stops at once.",
         "is revoked",
     ),

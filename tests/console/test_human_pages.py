@@ -74,8 +74,11 @@ def test_decisions_need_the_csrf_token():
         f"/approvals/{approval.pk}/decide",
         {"decision": "approve", "params_hash": approval.params_hash},
     )
-    # Refused: nothing decided, and the person is sent back to the inbox, told so.
-    assert (response.status_code, response["Location"]) == (303, "/approvals/")
+    # Refused: nothing decided, and the person is sent back to the inbox, at the request, told so.
+    assert (response.status_code, response["Location"]) == (
+        303,
+        f"/approvals/#request-{approval.pk}",
+    )
     assert "was NOT taken" in client.get("/approvals/").content.decode()
     op.refresh_from_db()
     assert op.status == "waiting_approval"
