@@ -48,18 +48,19 @@ def token_mint_for_agent(minter: Actor, agent_name: str, token_name: str | None)
         )
 
 
-def token_rotate_for_agent(minter: Actor, agent_name: str, token_name: str | None) -> IssuedToken:
-    """A second token acting as the existing agent ``agent_name`` (rotation): its tokens keep
+def token_rotate_for_agent(minter: Actor, agent_id: str, token_name: str | None) -> IssuedToken:
+    """A second token acting as the existing agent ``agent_id`` (rotation; by id, which a form
+    carries without the hidden characters a stored name may hold): its tokens keep
     working until revoked, so the agent switches over and the old one is revoked after.
     NotFound for no such agent; NotAuthorized (nothing created) unless the minter may rotate
     (runtime.policy_features.can_rotate_agent_token). Preconditions as for
     ``token_mint_for_agent``."""
     can_manage_tokens(minter)
-    name = agent_name_checked(agent_name)
     token_name = token_name_checked(token_name)
-    agent = Agent.objects.filter(name=name).first()
+    agent = Agent.objects.filter(pk=agent_id).first()
     if agent is None:
-        raise NotFound(f"no agent named {name!r}")
+        raise NotFound(f"no agent {agent_id!r}")
+    name = agent.name
     can_rotate_agent_token(minter, agent_has_token=ApiToken.objects.filter(agent=agent).exists())
     with transaction.atomic():
         return token_issue_txn(

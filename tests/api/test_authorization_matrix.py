@@ -542,7 +542,7 @@ def _mint_subject(target: str, principal: str, w: World) -> tuple[str, str]:
     if target == "existing_agent":
         return "agent", w.principals["owner_agent"].actor.name
     if target == "rotate_agent":
-        return "rotate", w.principals["owner_agent"].actor.name
+        return "rotate", w.principals["owner_agent"].actor.agent_id
     return "agent", "matrix-new-agent"
 
 

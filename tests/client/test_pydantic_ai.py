@@ -120,6 +120,7 @@ def test_a_refund_approved_in_the_browser_resumes_the_run_and_charges_once(
     wait_live(page)
     card = page.locator(f'section.approval[data-approval="{approval_id}"]')
     expect(card).to_be_visible()
+    page.once("dialog", lambda d: d.accept())  # it names the amount (test_guarded_release.py)
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("ul.messages")).to_contain_text("approved")
 
