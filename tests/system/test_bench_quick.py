@@ -43,6 +43,9 @@ def test_a_quick_bench_of_the_peers_over_http_gives_every_key(tmp_path: Path) ->
         cwd=ROOT,
         env=service_env(
             DATABASE_URL=url._replace(path=f"/{name}").geturl(),
+            # The bench starts a Redis server of its own; this is only its fallback, which must
+            # not be one of the suite's databases (CI's first worker has 15, which it refuses).
+            REDIS_URL="redis://127.0.0.1:6379/3",
             BENCH_DBOS_DB=f"{name}_dbos",
             BENCH_OUT=str(tmp_path),
             BENCH_QUICK="1",
