@@ -7,8 +7,8 @@ be one answer per capability here instead of a hunt through every branch.
 Two dialects run: PostgreSQL (the service) and SQLite (the embedded mode: one host, one
 writer at a time). Where Django already names a difference (``connection.features``), ask
 Django; these are the differences the runtime's own SQL and its reading of time depend on.
-Migrations keep Django's ``schema_editor.connection.vendor``: they are history, written
-against the schema of their day, and import no runtime module that may change after them.
+Migrations ask ``runtime/migrations/_dialect.py`` instead: they are history, written against the
+schema of their day, and import no runtime module that may change after them.
 
 Each capability takes the connection to ask about (default: this thread's default one)."""
 

@@ -5,6 +5,7 @@ import importlib
 import django.db.models.deletion
 import runtime.models.humans
 from django.db import migrations, models
+from runtime.migrations import _dialect
 
 _COUNTS = importlib.import_module("runtime.migrations.0003_task_counts")
 
@@ -14,7 +15,7 @@ def restore_sqlite_task_count_triggers(apps, schema_editor):
     rename), and the drop takes the dashboard counters' triggers with it (0003_task_counts):
     put them back. The copy fired no trigger, so the counts themselves are still right.
     PostgreSQL alters the table in place and keeps its triggers."""
-    if schema_editor.connection.vendor != "sqlite":
+    if not _dialect.alter_rebuilds_table(schema_editor.connection):
         return
     with schema_editor.connection.cursor() as cur:
         for statement in (*_COUNTS.SQLITE_DOWN, *_COUNTS.SQLITE_UP):

@@ -4,6 +4,7 @@ import django.db.models.deletion
 import importlib
 
 from django.db import migrations, models
+from runtime.migrations import _dialect
 
 _counts = importlib.import_module("runtime.migrations.0003_task_counts")
 
@@ -12,7 +13,7 @@ def _sqlite_triggers_again(apps, schema_editor):
     # SQLite adds the ``parent`` foreign key by rebuilding runtime_task, which drops the task
     # count triggers of 0003: put them back (PostgreSQL alters the table in place).
     conn = schema_editor.connection
-    if conn.vendor != "sqlite":
+    if not _dialect.alter_rebuilds_table(conn):
         return
     with conn.cursor() as cur:
         for statement in _counts.SQLITE_DOWN + _counts.SQLITE_UP:

@@ -11,6 +11,7 @@ has one writer at a time.
 """
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 SHARDS = 64
 
@@ -68,7 +69,7 @@ END $$;
 
 def _run(sql):
     def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
+        if _dialect.server_functions(schema_editor.connection):
             with schema_editor.connection.cursor() as cur:
                 cur.execute(sql)
 

@@ -16,6 +16,7 @@ triggers).
 """
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 # (table, column) whose plain single-column index a composite index makes redundant.
 REDUNDANT = [
@@ -43,7 +44,7 @@ WHERE t.relname = %s AND a.attname = %s AND x.indnatts = 1 AND NOT x.indisunique
 
 def drop(apps, schema_editor):
     conn = schema_editor.connection
-    if conn.vendor != "postgresql":
+    if not _dialect.tuned_storage(conn):
         return
     with conn.cursor() as cur:
         cur.execute(FIND_LIKE)
@@ -57,7 +58,7 @@ def drop(apps, schema_editor):
 
 def restore(apps, schema_editor):
     conn = schema_editor.connection
-    if conn.vendor != "postgresql":
+    if not _dialect.tuned_storage(conn):
         return
     with conn.cursor() as cur:
         for table, column in REDUNDANT:

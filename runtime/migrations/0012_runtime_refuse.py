@@ -9,6 +9,7 @@ SQLite has no such statement and no function.
 """
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 CREATE = """
 CREATE OR REPLACE FUNCTION runtime_refuse(code text) RETURNS boolean
@@ -21,12 +22,12 @@ $$
 
 
 def create(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.server_functions(schema_editor.connection):
         schema_editor.execute(CREATE)
 
 
 def drop(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.server_functions(schema_editor.connection):
         schema_editor.execute("DROP FUNCTION IF EXISTS runtime_refuse(text)")
 
 

@@ -9,6 +9,7 @@ import django.db.models.deletion
 import runtime.models.schedules
 from django.conf import settings
 from django.db import migrations, models
+from runtime.migrations import _dialect
 
 _COUNTS = importlib.import_module("runtime.migrations.0003_task_counts")
 
@@ -17,7 +18,7 @@ def restore_sqlite_task_count_triggers(apps, schema_editor):
     """On SQLite, adding the task's ``schedule`` column rebuilds runtime_task, which drops the
     dashboard counters' triggers (0003_task_counts): put them back. PostgreSQL alters the
     table in place and keeps its triggers."""
-    if schema_editor.connection.vendor != "sqlite":
+    if not _dialect.alter_rebuilds_table(schema_editor.connection):
         return
     with schema_editor.connection.cursor() as cur:
         for statement in (*_COUNTS.SQLITE_DOWN, *_COUNTS.SQLITE_UP):

@@ -7,6 +7,7 @@ snapshot of their own (READ COMMITTED), so the read here sees everything committ
 lock was held."""
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 CREATE = """
 CREATE OR REPLACE FUNCTION runtime_idempotency_claim(p_principal text, p_key text)
@@ -28,12 +29,12 @@ DROP = "DROP FUNCTION IF EXISTS runtime_idempotency_claim(text, text);"
 
 
 def create(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.server_functions(schema_editor.connection):
         schema_editor.execute(CREATE)
 
 
 def drop(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.server_functions(schema_editor.connection):
         schema_editor.execute(DROP)
 
 

@@ -7,6 +7,7 @@ triggers, so nothing runs there. The statements are 0003's, written again: a mig
 change when an older one is edited."""
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 _ADD = """
   INSERT INTO runtime_taskcount (condition, outcome, shard, n)
@@ -39,7 +40,7 @@ RECOUNT = [
 
 
 def _up(apps, schema_editor):
-    if schema_editor.connection.vendor != "sqlite":
+    if not _dialect.alter_rebuilds_table(schema_editor.connection):
         return
     with schema_editor.connection.cursor() as cur:
         for statement in [*DROP, *CREATE, *RECOUNT]:

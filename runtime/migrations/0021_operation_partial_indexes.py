@@ -15,6 +15,7 @@ SQLite keeps its full foreign-key indexes and its fill (one writer; no such opti
 """
 
 from django.db import migrations, models
+from runtime.migrations import _dialect
 
 IN_FLIGHT = (
     "pending",
@@ -44,7 +45,7 @@ WHERE t.relname = 'runtime_operation' AND a.attname = %s AND x.indnatts = 1
 
 def narrow(apps, schema_editor):
     conn = schema_editor.connection
-    if conn.vendor != "postgresql":
+    if not _dialect.tuned_storage(conn):
         return
     with conn.cursor() as cur:
         for column, name in NOT_NULL:
@@ -60,7 +61,7 @@ def narrow(apps, schema_editor):
 
 def widen(apps, schema_editor):
     conn = schema_editor.connection
-    if conn.vendor != "postgresql":
+    if not _dialect.tuned_storage(conn):
         return
     with conn.cursor() as cur:
         for column, name in NOT_NULL:

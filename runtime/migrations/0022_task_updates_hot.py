@@ -11,15 +11,16 @@ SQLite drops the index too (no such option there).
 """
 
 from django.db import migrations
+from runtime.migrations import _dialect
 
 
 def leave_room(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.tuned_storage(schema_editor.connection):
         schema_editor.execute("ALTER TABLE runtime_task SET (fillfactor = 90)")
 
 
 def fill(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
+    if _dialect.tuned_storage(schema_editor.connection):
         schema_editor.execute("ALTER TABLE runtime_task RESET (fillfactor)")
 
 
