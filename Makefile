@@ -76,7 +76,7 @@ pytest: install
 # meet first; tests that need PostgreSQL's row locks or real workers are left to the pass above.
 # Shared by PYTEST_WORKERS processes as well, each with its own SQLite test database.
 pytest-embedded: install
-	env -u DATABASE_URL -u REDIS_URL $(VENV)/bin/pytest tests/api tests/runtime \
+	env -u DATABASE_URL -u REDIS_URL PYTHONPATH=. $(VENV)/bin/pytest tests/api tests/runtime \
 	  -p tests.xdist_env -n $(PYTEST_WORKERS) --dist loadfile \
 	  -m "not postgres and not workers and not browser and not system" $(PYTEST_EMBEDDED_ARGS)
 
