@@ -211,7 +211,46 @@ def _record_usage_txn(
     except IntegrityError:
         return False
     BudgetMeter.objects.filter(pk=meter_id).update(posted=F("posted") + value)
+    if op is not None:
+        _child_overrun_txn(meter_id)
     return True
+
+
+def _child_overrun_txn(meter_id: int) -> None:
+    """A child that spends past its allocation (a compensation is never refused for money, and
+    a call may report more than it held) has spent its parent's money: the parent's hold for
+    the child grows to what the child committed as soon as it is posted, not when the child
+    settles, so the parent admits nothing on money already gone. One read by primary key when
+    the meter stays within its limit, which is the common case."""
+    meter = (
+        BudgetMeter.objects.filter(pk=meter_id)
+        .values_list("task_id", "meter", "limit", "reserved", "posted", "unknown")
+        .first()
+    )
+    if meter is None:  # pragma: no cover - the caller just updated it
+        return
+    task_id, name, limit, reserved, posted, unknown = meter
+    if reserved + posted + unknown <= limit:
+        return
+    hold = (
+        BudgetHold.objects.select_for_update()
+        .filter(child_task_id=task_id, status=BudgetHold.HELD, meter__meter=name)
+        .values_list("pk", "meter_id", "amount")
+        .first()
+    )
+    if hold is None:
+        return  # not a child, or its allocation is already settled in the parent
+    committed = (
+        BudgetMeter.objects.filter(task_id=task_id, meter=name).aggregate(
+            total=Sum(F("reserved") + F("posted") + F("unknown"))
+        )["total"]
+        or 0
+    )
+    grow = committed - hold[2]
+    if grow <= 0:
+        return
+    BudgetHold.objects.filter(pk=hold[0], status=BudgetHold.HELD).update(amount=committed)
+    BudgetMeter.objects.filter(pk=hold[1]).update(reserved=F("reserved") + grow)
 
 
 def budget_settle_txn(

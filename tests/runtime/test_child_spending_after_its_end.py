@@ -217,3 +217,40 @@ def test_a_compensation_accepted_while_the_sweeper_and_a_rest_look_at_its_child_
     assert ledger(parent) == (3, 0, 2, 0)
     assert UsageRecord.objects.filter(child_task=child).count() == 1
     assert admitted(owner, parent) == 1
+
+
+def test_a_childs_cleanup_past_its_allocation_is_booked_in_its_parent_as_it_is_posted():
+    """The simulation's seed 695791: a child spent its whole allocation (a charge and a
+    reservation), failed, and its saga's compensations ran past it (undoing is never refused
+    for money). The parent counts the overrun as soon as the first compensation posts it, while
+    the second still runs, not only once the child settles: it admits nothing on money the
+    child already spent."""
+    owner = factories.agent()
+    parent = factories.task(owner, "parent", budget={"tool_calls": 3})
+    child = factories.task(
+        owner, "child", parent=parent.pk, budget={"tool_calls": 2}, compensate_on=["failed"]
+    )
+    charge = factories.operation(
+        owner, child, tool="demo.payments.charge", params={"account": "c", "amount_cents": 5}
+    )
+    reserve = factories.operation(
+        owner, child, tool="demo.inventory.reserve", params={"sku": "sku-2", "qty": 1}
+    )
+    factories.run_claimable(child.pk)
+    assert {Operation.objects.get(pk=o.pk).status for o in (charge, reserve)} == {"succeeded"}
+    assert ledger(child)[:3] == (2, 0, 2)
+
+    task_fail(owner.actor, child.pk, "gave up")
+    first = Operation.objects.get(compensates__isnull=False, task=child)
+    operation_execute(first.pk)
+    assert Operation.objects.get(pk=first.pk).status == "succeeded"
+    second = Operation.objects.exclude(pk=first.pk).get(compensates__isnull=False, task=child)
+    assert second.status == "pending"  # the child's spending is not over
+    assert ledger(child)[2] == 3  # one past its allocation
+    assert BudgetHold.objects.get(child_task=child).amount == 3
+    assert ledger(parent) == (3, 3, 0, 0)
+    assert admitted(owner, parent) == 0
+
+    factories.run_claimable(child.pk)
+    assert ledger(child)[2] == 4
+    assert ledger(parent) == (3, 0, 4, 0)  # settled: all four posted, the hold released
