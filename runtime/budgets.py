@@ -183,7 +183,7 @@ def budget_rehold_needed(budget: Mapping[str, Any], op: Operation) -> bool:
     return not BudgetHold.objects.filter(operation=op, status=BudgetHold.HELD).exists()
 
 
-def _record_usage_txn(
+def record_usage_txn(
     *,
     meter_id: int,
     op: Operation | None,
@@ -286,7 +286,7 @@ def budget_settle_txn(
     meters = dict(BudgetMeter.objects.filter(attempt_id=op.attempt_id).values_list("meter", "id"))
     for name in sorted(observed):
         if name in meters and observed[name] > 0:
-            _record_usage_txn(
+            record_usage_txn(
                 meter_id=meters[name],
                 op=op,
                 child=None,
@@ -338,7 +338,7 @@ def budget_resolve_txn(
     )
     for hold in unknown:
         if effect and hold.amount:
-            _record_usage_txn(
+            record_usage_txn(
                 meter_id=hold.meter_id,
                 op=op,
                 child=None,
@@ -378,48 +378,3 @@ def _move(
         if target in column:
             change[column[target]] = F(column[target]) + value
         BudgetMeter.objects.filter(pk=meter_id).update(**change)
-
-
-def child_settle_txn(*, child: Task, now: datetime) -> None:
-    """The child ended: its parent's hold is replaced by what the child consumed (posted as
-    posted, unknown as unknown), all of it even beyond its allocation (an overrun is money
-    spent: the parent's meter shows posted above its limit and admits nothing more), and the
-    rest is released. Idempotent (the usage record's key and the hold's guarded status).
-
-    Preconditions: inside the caller's transaction; the child is terminal with nothing active."""
-    holds = list(
-        BudgetHold.objects.filter(child_task=child, status=BudgetHold.HELD).select_related("meter")
-    )
-    if not holds:
-        return
-    totals = (
-        BudgetMeter.objects.filter(task=child)
-        .values("meter")
-        .annotate(p=Sum("posted"), u=Sum("unknown"))
-        .order_by()
-    )
-    spent = {row["meter"]: row["p"] for row in totals}
-    lost = {row["meter"]: row["u"] for row in totals}
-    actor = f"task:{child.pk}"
-    for hold in sorted(holds, key=lambda h: h.meter_id):
-        posted = int(spent.get(hold.meter.meter) or 0)
-        unknown = int(lost.get(hold.meter.meter) or 0)
-        if posted:
-            _record_usage_txn(
-                meter_id=hold.meter_id,
-                op=None,
-                child=child,
-                number=0,
-                value=posted,
-                source="child",
-                actor=actor,
-                now=now,
-            )
-        target = BudgetHold.UNKNOWN if unknown else BudgetHold.SETTLED
-        moved = BudgetHold.objects.filter(pk=hold.pk, status=BudgetHold.HELD).update(
-            status=target, amount=unknown if unknown else hold.amount, settled_by=actor
-        )
-        if moved == 1:
-            BudgetMeter.objects.filter(pk=hold.meter_id).update(
-                reserved=F("reserved") - hold.amount, unknown=F("unknown") + unknown
-            )

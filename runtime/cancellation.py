@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runtime.actors import SWEEPER, Actor
-from runtime.budgets import child_settle_txn
+from runtime.budget_allocations import child_settle_txn
 from runtime.children import child_settle_due_txn, children_settle_due_ids
 from runtime.crashpoints import crash_point
 from runtime.errors import TaskRefused

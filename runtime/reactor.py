@@ -21,13 +21,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime.actors import RUNTIME
-from runtime.budgets import child_settle_txn
+from runtime.budget_allocations import child_settle_txn
 from runtime.children import child_settle_due_txn, children_live_txn
 from runtime.compensation import saga_next_txn, saga_wanted
 from runtime.crashpoints import crash_point
 from runtime.events import TaskRow
 from runtime.models import Operation, Task
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition, TaskOutcome
+from runtime.rules.stop import rest_due
 from runtime.transitions.status import operation_transition_txn, task_transition_txn
 
 S = OperationStatus
@@ -43,10 +44,7 @@ def operation_settled_txn(op: Operation, task: TaskRow, *, now: datetime, actor:
             task = operation_transition_txn(
                 original, S.COMPENSATED, now=now, actor=actor, data={"compensation": op.pk}
             ).task
-    stopping = (
-        task.cancellation == Cancellation.ACKNOWLEDGED or task.condition == TaskCondition.TERMINAL
-    )
-    if stopping and task.ops_active == 0:
+    if rest_due(task):
         task_rest_txn(task.id, now=now, actor=actor)
 
 

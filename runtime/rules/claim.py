@@ -73,6 +73,28 @@ class ClaimFacts:
     adapter: Callable[[], _Adapter | None]
 
 
+class TaskState(Protocol):
+    """What the rows re-read under the task's lock look at: a Task, or the task row a statement
+    returned (``runtime.transitions.fast.TaskRow``)."""
+
+    @property
+    def cancellation(self) -> str: ...
+
+    @property
+    def condition(self) -> str: ...
+
+    @property
+    def paused(self) -> bool: ...
+
+
+def _task_not_stopping(t: TaskState) -> bool:
+    return not stopping(t.cancellation, t.condition)
+
+
+def _task_not_paused(t: TaskState) -> bool:
+    return not t.paused
+
+
 def _supported(f: ClaimFacts) -> bool:
     adapter = f.adapter()
     return adapter is not None and adapter.supports(f.tool_version)
@@ -133,7 +155,7 @@ CLAIM_RULES: tuple[ClaimRule, ...] = (
     ),
     ClaimRule(
         "stopping",
-        lambda f: not stopping(f.cancellation, f.condition),
+        _task_not_stopping,
         not_stopping_sql("t"),
         Settles.STOP,
         lambda f: "",  # rules.stop.stop_reason of the task
@@ -141,7 +163,7 @@ CLAIM_RULES: tuple[ClaimRule, ...] = (
     ),
     ClaimRule(
         "paused",
-        lambda f: not f.paused,
+        _task_not_paused,
         "NOT t.paused",
         Settles.REFUSE_PAUSED,
         lambda f: "",  # runtime.control's pause hook
@@ -185,6 +207,24 @@ def claim_refusal(facts: ClaimFacts, *, cleanup: bool) -> ClaimRule | None:
     the operation is a compensation, which the ``cleanup_exempt`` rows do not refuse. Pure."""
     for rule in CLAIM_RULES:
         if not rule.admits(facts) and not (cleanup and rule.cleanup_exempt):
+            return rule
+    return None
+
+
+# The rows whose facts are the task's alone, by code: a claim reads them again once it holds
+# the task's row lock, since a stop or a pause may have committed while it waited for the row.
+UNDER_TASK_LOCK: dict[str, Callable[[TaskState], bool]] = {
+    "stopping": _task_not_stopping,
+    "paused": _task_not_paused,
+}
+
+
+def task_lock_refusal(task: TaskState, *, cleanup: bool) -> ClaimRule | None:
+    """The first of the ``UNDER_TASK_LOCK`` rows, in the table's order, that refuses the task
+    row as read under its lock (None: the claim stands). Pure."""
+    for rule in CLAIM_RULES:
+        admits = UNDER_TASK_LOCK.get(rule.code)
+        if admits is not None and not admits(task) and not (cleanup and rule.cleanup_exempt):
             return rule
     return None
 

@@ -53,6 +53,22 @@ def task_stopping(task: _TaskState) -> bool:
     return stopping(task.cancellation, task.condition)
 
 
+class _TaskActivity(_TaskState, Protocol):
+    @property
+    def ops_active(self) -> int: ...
+
+
+def rest_due(task: _TaskActivity) -> bool:
+    """Whether a task comes to rest now (``runtime.reactor.task_rest_txn``): its cancellation
+    was acknowledged (every running call was asked to stop) or it ended, and nothing of it is
+    active any more. Narrower than ``stopping``: a cancellation only requested is still being
+    carried out. The caller holds the task's row lock."""
+    settling = (
+        task.cancellation == Cancellation.ACKNOWLEDGED or task.condition == TaskCondition.TERMINAL
+    )
+    return settling and task.ops_active == 0
+
+
 def not_stopping_sql(alias: str) -> str:
     """The rule as a SQL predicate over the task row ``alias`` (constants only)."""
     return (

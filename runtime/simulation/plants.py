@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
-from runtime import approval_gate, budgets, compensation, stoprule
+from runtime import approval_gate, budget_allocations, budgets, compensation, stoprule
 from runtime.models import Invocation, Operation
 from runtime.tools.demo import InventoryReserve
 from runtime.transitions import accept
@@ -99,7 +99,7 @@ def _confirmed_widened(stack: ExitStack) -> None:
 def _meter_dropped(stack: ExitStack) -> None:
     """Settlement stops posting a usage meter: only the builtin meters are posted, so a meter a
     task declared itself (``tokens`` here) never moves."""
-    record = budgets._record_usage_txn
+    record = budgets.record_usage_txn
 
     def record_builtin(*, meter_id: int, **kwargs: Any) -> bool:
         name = budgets.BudgetMeter.objects.filter(pk=meter_id).values_list("meter", flat=True)
@@ -107,7 +107,7 @@ def _meter_dropped(stack: ExitStack) -> None:
             return False
         return record(meter_id=meter_id, **kwargs)
 
-    stack.enter_context(mock.patch.object(budgets, "_record_usage_txn", record_builtin))
+    _everywhere(stack, budgets, "record_usage_txn", record_builtin)
 
 
 def _settle_keeps_hold(stack: ExitStack) -> None:
@@ -140,7 +140,7 @@ def _lookup_skipped(stack: ExitStack) -> None:
 def _child_unbooked(stack: ExitStack) -> None:
     """A child's ending never settles its allocation in its parent's ledger: the parent books
     none of what the child spent."""
-    _everywhere(stack, budgets, "child_settle_txn", lambda **kwargs: None)
+    _everywhere(stack, budget_allocations, "child_settle_txn", lambda **kwargs: None)
 
 
 def _saga_skips(stack: ExitStack) -> None:

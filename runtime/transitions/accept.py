@@ -46,7 +46,6 @@ from runtime.transitions.fast import (
     deltas_params,
     hint_after_commit,
     publish_after_commit,
-    row_stopping,
 )
 from runtime.transitions.lease import Lease, lease_token_digest, lease_token_matches
 from runtime.transitions.rejections import rejection_record
@@ -273,7 +272,7 @@ def accept_txn(
     if row is None:
         return None
     task = task_row(row)
-    if row_stopping(task):
+    if task_stopping(task):
         raise StoppedUnderLock
     hint_after_commit(task, f"operation.{acceptance.edge}")
     publish_after_commit(row["outbox_id"], op, acceptance.next_attempt_at or now, now)

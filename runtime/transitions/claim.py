@@ -36,7 +36,7 @@ from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
 from runtime.rules.claim import CLAIM_RULES, ClaimFacts
 from runtime.rules.statuses import OperationStatus
 from runtime.sqlfiles import queries
-from runtime.stoprule import stop_covers, stop_reason, task_stopping
+from runtime.stoprule import stop_covers, stop_reason
 from runtime.tools import adapters
 from runtime.transitions.claim_refusals import (
     Refusal,
@@ -51,7 +51,7 @@ from runtime.transitions.fast import (
     deltas_params,
     hint_after_commit,
     operation_of_row,
-    row_stopping,
+    task_lock_check,
 )
 from runtime.transitions.lease import Lease, lease_expiry, lease_seconds, lease_token_digest
 from runtime.transitions.rejections import rejection_record
@@ -237,10 +237,7 @@ def claim_txn(
     # Limits: the task's (immutable) budget rides along, so settling needs no statement.
     budget = row["task_budget"]
     budget_remember(op.task_id, json.loads(budget) if isinstance(budget, str) else budget)
-    if row_stopping(task):
-        raise StoppedUnderLock
-    if task.paused:
-        raise PausedUnderLock
+    task_lock_check(task)
     hint_after_commit(task, "operation.claimed")
     return op
 
@@ -330,10 +327,7 @@ def _lease_txn(
         )
     except TransitionRejected:
         return Refusal("another claimant won")
-    if task_stopping(transitioned.task) and not cleanup:
-        raise StoppedUnderLock
-    if transitioned.task.paused and not cleanup:
-        raise PausedUnderLock
+    task_lock_check(transitioned.task, cleanup=cleanup)
     op.lease_generation = generation
     op.attempts_used = number
     _rehold_txn(op, now)  # Limits: a re-dispatch after a lost call holds anew

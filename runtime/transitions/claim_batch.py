@@ -21,8 +21,8 @@ from runtime.crashpoints import crash_point
 from runtime.db import fetchall_named, prepared_cursor
 from runtime.lease_tokens import lease_token_mint
 from runtime.models import Operation
+from runtime.rules.claim import task_lock_refusal
 from runtime.rules.statuses import OperationStatus
-from runtime.rules.stop import stopping
 from runtime.sqlfiles import queries
 from runtime.transitions.fast import (
     SLOTS,
@@ -36,6 +36,19 @@ from runtime.transitions.lease import Lease, lease_expiry, lease_seconds, lease_
 S = OperationStatus
 
 _SQL = queries("claim_batch_pick", "claim_batch_journal", slots=SLOTS)
+
+
+@dataclass(frozen=True)
+class _TaskFlags:
+    """The task columns of a batch row that the claim re-reads under the task's lock."""
+
+    cancellation: str
+    condition: str
+    paused: bool
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> _TaskFlags:
+        return cls(row["cancellation"], row["condition"], bool(row["paused"]))
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ def claim_batch_txn(
         if not rows:
             return []
         ops = [operation_of_row(row) for row in rows]
-        if any(stopping(row["cancellation"], row["condition"]) or row["paused"] for row in rows):
+        if any(task_lock_refusal(_TaskFlags.of(row), cleanup=False) for row in rows):
             raise BatchStopped
         froms = [row["from_status"] for row in rows]
         claimed: dict[str, Any] = {

@@ -42,10 +42,16 @@ from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.rules.admission import admission_refusal_sql
-from runtime.rules.claim import CLAIM_SOURCES, claim_guards_sql
+from runtime.rules.claim import (
+    CLAIM_SOURCES,
+    Settles,
+    TaskState,
+    claim_guards_sql,
+    task_lock_refusal,
+)
 from runtime.rules.general_writer import general_writer_sql
 from runtime.rules.statuses import OperationStatus
-from runtime.rules.stop import not_stopping_sql, stopping
+from runtime.rules.stop import not_stopping_sql
 from runtime.sqlfiles import column_list
 from runtime.transitions.status import status_deltas
 
@@ -102,10 +108,6 @@ def operation_of_row(row: dict[str, Any]) -> Operation:
         if isinstance(values[i], str):
             values[i] = json.loads(values[i])
     return Operation.from_db(connection.alias, OP_ATTNAMES, values)
-
-
-def row_stopping(task: TaskRow) -> bool:
-    return stopping(task.cancellation, task.condition)
 
 
 def hint_after_commit(task: TaskRow, event_type: str) -> None:
@@ -170,6 +172,16 @@ class StoppedUnderLock(Exception):
 class PausedUnderLock(Exception):
     """The task's pause committed while the statement waited for the task row: the caller rolls
     the whole transaction back and refuses the delivery (runtime.control's pause hook)."""
+
+
+def task_lock_check(task: TaskState, *, cleanup: bool = False) -> None:
+    """Apply the claim's rows that are re-read under the task's row lock (runtime.rules.claim
+    ``UNDER_TASK_LOCK``): raise StoppedUnderLock or PausedUnderLock as the first that refuses
+    settles. ``cleanup``: the claimed work is a compensation, which a stop or pause spares."""
+    refused = task_lock_refusal(task, cleanup=cleanup)
+    if refused is None:
+        return
+    raise {Settles.STOP: StoppedUnderLock, Settles.REFUSE_PAUSED: PausedUnderLock}[refused.outcome]
 
 
 class BatchStopped(Exception):

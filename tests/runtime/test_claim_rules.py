@@ -217,6 +217,42 @@ def test_the_first_refusing_row_decides_and_a_compensation_passes_the_stop():
     assert refused.reason(gone).endswith("(tool missing)")
 
 
+def test_the_rows_read_again_under_the_task_lock_are_the_tables_own_and_answer_as_it_does():
+    """The claim's second look at the task row (after its lock) asks the table's own rows, so a
+    row changed in the table changes that look too; over every task state the two agree."""
+    assert set(claim.UNDER_TASK_LOCK) <= {rule.code for rule in CLAIM_RULES}
+    now = timezone.now()
+    base = _states(1)[0] | {
+        "status": S.PENDING,
+        "executor": "worker",
+        "claimant": "worker",
+        "next_attempt_at": None,
+        "attempts_used": 0,
+        "max_attempts": 3,
+        "approval_required": False,
+        "op_deadline": None,
+        "task_deadline": None,
+        "tool_version": "2",
+        "adapter": ("2", ("2",)),
+        "now": now,
+    }
+    for cancellation in (Cancellation.NONE, Cancellation.REQUESTED, Cancellation.ACKNOWLEDGED):
+        for condition in (TaskCondition.RUNNING, TaskCondition.TERMINAL):
+            for paused in (False, True):
+                for cleanup in (False, True):
+                    state = base | {
+                        "cancellation": cancellation,
+                        "condition": condition,
+                        "paused": paused,
+                    }
+                    facts = _facts(state)
+                    whole = claim_refusal(facts, cleanup=cleanup)
+                    again = claim.task_lock_refusal(facts, cleanup=cleanup)
+                    assert again == whole, (cancellation, condition, paused, cleanup)
+    stopped = _facts(base | {"cancellation": Cancellation.REQUESTED, "paused": True})
+    assert (claim.task_lock_refusal(stopped, cleanup=False) or CLAIM_RULES[0]).code == "stopping"
+
+
 def test_the_general_writer_is_asked_by_form_and_its_sql_renders_per_form():
     budgeted = FastFacts(attempts_used=1, budget=lambda: {"cost": 1})
     assert general_writer_needed("claim", budgeted) == "ledger_redispatch"
