@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from runtime.models import Operation
 from runtime.rules.statuses import OPERATION, OperationStatus
@@ -43,11 +43,12 @@ class Settles:
     RELEASE = "release recheck"
 
 
-class _Adapter(Protocol):
-    @property
-    def version(self) -> str: ...
+class ToolSupport(NamedTuple):
+    """What the claimant's adapter of the tool answers for the recorded version: the version it
+    runs and whether it supports the recorded one (the claimant asks; the rule only reads)."""
 
-    def supports(self, recorded_version: str) -> bool: ...
+    version: str
+    supports: bool
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,10 @@ class ClaimFacts:
     tool: str
     tool_version: str
     now: datetime
-    # The claimant's adapter of the tool (None: it has no such tool); asked only by the row
-    # that needs it, as a worker's claim reaches it (the catalogue may read declared tools).
-    adapter: Callable[[], _Adapter | None]
+    # What the claimant's adapter of the tool answers (None: it has no such tool); asked only
+    # by the row that needs it, as a worker's claim reaches it (the catalogue may read declared
+    # tools).
+    adapter: Callable[[], ToolSupport | None]
 
 
 class TaskState(Protocol):
@@ -96,16 +98,16 @@ def _task_not_paused(t: TaskState) -> bool:
 
 
 def _supported(f: ClaimFacts) -> bool:
-    adapter = f.adapter()
-    return adapter is not None and adapter.supports(f.tool_version)
+    answer = f.adapter()
+    return answer is not None and answer.supports
 
 
 def _unsupported(f: ClaimFacts) -> str:
-    adapter = f.adapter()
+    answer = f.adapter()
     return (
         f"recorded under {f.tool} version {f.tool_version or '?'}, which this "
         f"worker does not support"
-        + (f" (it runs version {adapter.version})" if adapter else " (tool missing)")
+        + (f" (it runs version {answer.version})" if answer else " (tool missing)")
     )
 
 

@@ -33,7 +33,7 @@ from runtime.events import task_row
 from runtime.lease_tokens import lease_token_mint
 from runtime.models import Invocation, Operation
 from runtime.outbox import TOPIC_EXECUTE, outbox_consume_txn, outbox_enqueue_txn
-from runtime.rules.claim import CLAIM_RULES, ClaimFacts
+from runtime.rules.claim import CLAIM_RULES, ClaimFacts, ToolSupport
 from runtime.rules.statuses import OperationStatus
 from runtime.sqlfiles import queries
 from runtime.stoprule import stop_covers, stop_reason
@@ -253,6 +253,12 @@ def _lease_end(now: datetime) -> tuple[Any, datetime | None]:
     return ExpressionWrapper(Now() + length, output_field=DateTimeField()), None
 
 
+def _tool_support(tool: str, version: str) -> ToolSupport | None:
+    """This claimant's answer for the claim rule's version row (runtime.rules.claim)."""
+    adapter = adapters().get(tool)
+    return None if adapter is None else ToolSupport(adapter.version, adapter.supports(version))
+
+
 def _claim_facts(op: Operation, executor: str, now: datetime) -> ClaimFacts:
     task = op.task
     return ClaimFacts(
@@ -270,7 +276,7 @@ def _claim_facts(op: Operation, executor: str, now: datetime) -> ClaimFacts:
         tool=op.tool,
         tool_version=op.tool_version,
         now=now,
-        adapter=lambda: adapters().get(op.tool),
+        adapter=lambda: _tool_support(op.tool, op.tool_version),
     )
 
 

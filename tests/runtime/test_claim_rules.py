@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from runtime.models import Operation, Task
 from runtime.rules import claim, general_writer
-from runtime.rules.claim import CLAIM_RULES, ClaimFacts, Settles, claim_refusal
+from runtime.rules.claim import CLAIM_RULES, ClaimFacts, Settles, ToolSupport, claim_refusal
 from runtime.rules.general_writer import FastFacts, general_writer_needed
 from runtime.rules.statuses import Cancellation, OperationStatus, TaskCondition
 from tests import factories
@@ -86,7 +86,11 @@ def _facts(state: dict[str, Any]) -> ClaimFacts:
         tool=TOOL,
         tool_version=state["tool_version"],
         now=state["now"],
-        adapter=lambda: adapter,
+        adapter=lambda: (
+            None
+            if adapter is None
+            else ToolSupport(adapter.version, adapter.supports(state["tool_version"]))
+        ),
     )
 
 
