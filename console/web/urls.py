@@ -23,6 +23,7 @@ urlpatterns = [
     path("fragments/tasks", views.task_list_fragment, name="task-list-fragment"),
     path("tasks/<id:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<id:task_id>/cancel", views.task_cancel, name="task-cancel"),
+    path("tasks/<id:task_id>/attempt", views.task_attempt, name="task-attempt"),
     path("tasks/<id:task_id>/live", views.task_fragment, name="task-fragment"),
     path(
         "operations/<id:operation_id>/",

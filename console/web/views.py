@@ -228,6 +228,7 @@ def _task_context(actor: Actor, task_id: str) -> dict[str, Any]:
     return {
         "task": task,
         "can_cancel": policy.allowed(policy.can_cancel, actor, task),
+        "can_start_attempt": policy.allowed(policy.can_start_attempt, actor, task),
         "meters": budgets.budget_meters(task)
         if policy.allowed(policy.can_read_budget, actor, task)
         else [],
@@ -305,3 +306,20 @@ def task_cancel(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespons
             "The task is being cancelled: no new work starts, and what still runs is stopped.",
         )
     return HttpResponseRedirect(f"/tasks/{task.pk}/")
+
+
+@require_POST
+@console_view
+def task_attempt(request: HttpRequest, actor: Actor, task_id: str) -> HttpResponse:
+    """Start a new attempt from the task's page (the service checks the right and whether the
+    task still admits work)."""
+    reason = request.POST.get("reason", "")
+    if len(reason) > 2000:
+        raise InvalidInput("reason is longer than 2000 characters")
+    attempt = attempts.attempt_create(actor, task_id, reason=reason)
+    messages.success(
+        request,
+        f"Attempt #{attempt.number} started: the earlier attempt ended and new work is booked "
+        "in this one, with what the budget still leaves.",
+    )
+    return HttpResponseRedirect(f"/tasks/{task_id}/")
