@@ -13,6 +13,13 @@ later run (its line is in the archive all the same: the audit record lists it as
 The removal of each batch is recorded as an ``AuditRecord`` by ``system:retention``, with its
 counts and its archive's name, in the transaction that removes it.
 
+Rate-limit counters (``RateCounter``, the embedded mode's and a Redis outage's) go once their
+window ended and a whole ``RATE_WINDOW_SECONDS`` more passed (a back-off row is forgotten that
+long after its last wait), unarchived: a counter of failed attempts that no longer counts holds
+nothing anyone must keep, and a missing row decides exactly as a dead one would. Each is
+deleted by a statement that re-checks its age, so a counter a concurrent attempt just moved
+stays.
+
 Stored bytes are not deleted here: an artifact's row goes, and its content, once nothing
 references it, is reclaimed by the reconciler (``runtime.artifact_reconciliation``)."""
 
@@ -39,7 +46,7 @@ from runtime.actors import RETENTION
 from runtime.artifact_store import artifact_storage
 from runtime.crashpoints import crash_point
 from runtime.db import outside_transaction
-from runtime.models import AuditRecord, IdempotentRequest, Operation, Task
+from runtime.models import AuditRecord, IdempotentRequest, Operation, RateCounter, Task
 from runtime.selectors.retention import (
     PARTS,
     Unit,
@@ -55,6 +62,7 @@ ACTOR = RETENTION
 ARCHIVE_PREFIX = "retention/"
 ARCHIVE_READ = 20  # trees read for the archive at a time
 ARCHIVE_SPOOL = 16 * 1024 * 1024  # bytes of an archive kept in memory before it spills to disk
+COUNTER_BATCH = 1000  # dead rate-limit counters deleted by one statement
 
 
 @dataclass
@@ -88,6 +96,7 @@ class RetentionReport:
     dry_run: bool
     tasks: Removed = field(default_factory=Removed)
     idempotency_keys: Removed = field(default_factory=Removed)
+    rate_counters: Removed = field(default_factory=Removed)
     skipped: int = 0  # trees left under their lock (live again, or held by other work)
     archives: list[str] = field(default_factory=list)
 
@@ -96,6 +105,7 @@ class RetentionReport:
             "dry_run": self.dry_run,
             "tasks": self.tasks.as_dict(),
             "idempotency_keys": self.idempotency_keys.as_dict(),
+            "rate_counters": self.rate_counters.as_dict(),
             "skipped": self.skipped,
             "archives": self.archives,
         }
@@ -115,15 +125,17 @@ def retention_run(now: datetime | None = None, *, dry_run: bool = False) -> Rete
     if settings.IDEMPOTENCY_KEY_HOURS > 0:
         cutoff = now - timedelta(hours=float(settings.IDEMPOTENCY_KEY_HOURS))
         _requests_remove(cutoff, now, report)
+    _counters_remove(now - timedelta(seconds=int(settings.RATE_WINDOW_SECONDS)), report)
     if not dry_run and (report.tasks.count or report.idempotency_keys.count):
         log.info("retention: %s", report.as_dict())
     return report
 
 
 def retention_due(now: datetime, last: datetime | None) -> bool:
-    """Whether beat should start a run (every ``RETENTION_SECONDS``; 0: never)."""
+    """Whether beat should start a run (every ``RETENTION_SECONDS``; 0: never). A run is due
+    even with both retention classes off: dead rate-limit counters still go."""
     every = float(settings.RETENTION_SECONDS)
-    if every <= 0 or (settings.RETENTION_TASK_DAYS <= 0 and settings.IDEMPOTENCY_KEY_HOURS <= 0):
+    if every <= 0:
         return False
     return last is None or (now - last).total_seconds() >= every
 
@@ -252,6 +264,21 @@ def _requests_remove(cutoff: datetime, now: datetime, report: RetentionReport) -
                 detail={"records": n, "before": str(cutoff)},
             )
         report.idempotency_keys.saw(n, rows[0]["created_at"], rows[-1]["created_at"])
+
+
+def _counters_remove(cutoff: datetime, report: RetentionReport) -> None:
+    dead = RateCounter.objects.filter(window_ends_at__lt=cutoff)
+    if report.dry_run:
+        found = dead.aggregate(oldest=Min("window_ends_at"), newest=Max("window_ends_at"))
+        report.rate_counters.saw(dead.count(), found["oldest"], found["newest"])
+        return
+    for _ in range(settings.RETENTION_BATCHES):
+        keys = list(dead.order_by("window_ends_at").values_list("key", flat=True)[:COUNTER_BATCH])
+        if not keys:
+            return
+        # The age again, in the DELETE itself: a counter moved since it was read stays.
+        n, _ = dead.filter(key__in=keys).delete()
+        report.rate_counters.saw(n, None, None)
 
 
 def _tree_lines(units: list[Unit]) -> Iterator[dict[str, Any]]:

@@ -33,6 +33,7 @@ from runtime.models import (
     NotificationEvent,
     NotificationTask,
     Operation,
+    RateCounter,
     Task,
 )
 from runtime.retention import retention_run
@@ -298,6 +299,33 @@ def test_a_task_made_live_under_a_concurrent_transaction_is_left(
     assert report.tasks.count == 1 and report.skipped == 1
     audit = AuditRecord.objects.get(actor="system:retention", detail__tasks=1)
     assert audit.detail["skipped"] == [revived.pk]
+
+
+@pytest.mark.django_db
+def test_rate_limit_counters_go_a_window_after_theirs_ended(settings: Any, capsys: Any) -> None:
+    """Counters of the embedded mode's limits (failed logins, a token's pace) grew for ever: a
+    run removes those whose window ended a whole window ago (a back-off is forgotten that
+    long after its last wait), with every retention class off, and keeps the others."""
+    settings.RETENTION_TASK_DAYS = 0
+    settings.IDEMPOTENCY_KEY_HOURS = 0
+    settings.RATE_WINDOW_SECONDS = 600
+    now = timezone.now()
+    for key, ends in (
+        ("login:dead", now - timedelta(seconds=700)),
+        ("login:backoff", now - timedelta(seconds=500)),  # still remembered
+        ("token:live", now + timedelta(seconds=30)),
+    ):
+        RateCounter.objects.create(key=key, count=3, window_ends_at=ends)
+    assert retention_service.retention_due(now, None)
+    call_command("retention", "--dry-run")
+    assert "rate-limit counters past their window: would remove 1" in capsys.readouterr().out
+    assert RateCounter.objects.count() == 3
+    report = retention_run(now)
+    assert report.rate_counters.count == 1
+    assert sorted(RateCounter.objects.values_list("key", flat=True)) == [
+        "login:backoff",
+        "token:live",
+    ]
 
 
 def test_beat_starts_a_run_every_retention_seconds(settings: Any) -> None:

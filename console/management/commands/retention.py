@@ -42,6 +42,8 @@ class Command(BaseCommand):
                 unit="hours",
             )
         )
+        counters = report["rate_counters"]["count"]
+        self.stdout.write(f"rate-limit counters past their window: {verb} {counters}")
         if report["skipped"]:
             self.stdout.write(f"skipped {report['skipped']} task trees that moved or were busy")
         for name in report["archives"]:
