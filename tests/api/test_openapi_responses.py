@@ -607,3 +607,24 @@ def test_the_validator_refuses_a_body_the_schema_does_not_describe(api_schema):
     response.elapsed = timedelta(0)  # set by a transport once the answer is read
     with pytest.raises(Exception, match=r"(?i)schema|required"):
         api_schema[V1 + "/tasks/{task_id}"]["GET"].validate_response(response)
+
+
+def test_every_route_documents_429_and_a_refused_pace_conforms(api_schema, http, settings):
+    """A token past its pace gets 429 on any route (runtime.throttle, before the view): the
+    schema documents it on every route, with the contract's error body."""
+    missing = []
+    for result in api_schema.get_all_operations():
+        operation = result.ok()
+        if "429" not in operation.definition.raw.get("responses", {}):
+            missing.append(f"{operation.method.upper()} {operation.path}")
+    assert not missing, missing
+    settings.API_RATE_PER_SECOND = 0.001
+    settings.API_RATE_BURST = 1
+    agent = factories.agent()
+    headers = {"Authorization": f"Bearer {agent.token}"}
+    answers = [http.get(f"{V1}/tasks", headers=headers) for _ in range(3)]
+    refused = [r for r in answers if r.status_code == 429]
+    assert refused, [r.status_code for r in answers]
+    assert refused[0].json()["error"]["code"] == "rate_limited"
+    assert int(refused[0].headers["Retry-After"]) > 0
+    api_schema[V1 + "/tasks"]["GET"].validate_response(refused[0])
