@@ -353,8 +353,9 @@ _ERROR_MEANING = {
     415: "The body is not JSON.",
     422: "The Idempotency-Key was used with another body, or the operation's key with other "
     "parameters.",
-    429: "Too many requests: the token's pace, or too many failed attempts from this address or "
-    "for this account; the Retry-After header says how many seconds to wait.",
+    429: "Too many requests (rate_limited: the token's pace, or too many failed attempts from "
+    "this address or for this account; queue_full: a proposal's tool has no room); the "
+    "Retry-After header says how many seconds to wait.",
 }
 _READ_ERRORS = (400, 401, 403, 404, 406, 429)
 _WRITE_ERRORS = (*_READ_ERRORS, 409, 413, 415, 422)
