@@ -30,6 +30,7 @@ the Django admin) are in runtime.policy_features, by the same contract.
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
 | use the console | a signed-in person with a console role |
+| save and remove views of the console's lists | that person, their own views only |
 | read the metrics (``/metrics``) | the holder of ``METRICS_TOKEN``; admins (roles read fresh) |
 | use the Django admin (``/admin/``, read-only) | admins (roles read fresh) |
 | manage API tokens | admins (roles read fresh); a token acts as the admin or a new agent |
@@ -111,6 +112,12 @@ def _owns(actor: Actor, task: Task) -> bool:
 def can_use_console(actor: Actor) -> None:
     if not (actor.kind == "user" and actor.is_console):
         raise NotAuthorized("the console is for operators, support staff and admins")
+
+
+def can_keep_views(actor: Actor) -> None:
+    """Saving and removing views of the console's lists: a console person, their own only."""
+    if not (actor.kind == "user" and actor.is_console and actor.user_id is not None):
+        raise NotAuthorized("saved views belong to console users")
 
 
 def can_review_approvals(actor: Actor) -> None:

@@ -1,10 +1,13 @@
-"""How the console writes amounts and durations for people (pure helpers shared by pages)."""
+"""How the console writes amounts and durations for people, and reads the filters they type
+(pure helpers shared by pages)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from runtime.errors import InvalidInput
 
 # Currency symbols for the codes people meet most; any other code is written after the amount.
 _SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
@@ -80,3 +83,25 @@ def what_runs(tool: str, params: Any) -> str:
     more = len(shown) - _SHOWN_PARAMS
     words = ", ".join(shown[:_SHOWN_PARAMS]) + (f" and {more} more" if more > 0 else "")
     return f"{tool} with {words}" if words else tool
+
+
+def day_start(text: str, field: str, *, after: bool = False) -> datetime:
+    """A date filter's day ("2026-12-05") as its UTC midnight; ``after``: the next midnight, so
+    an "until" day is included whole. InvalidInput (400) for anything else."""
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(f"{field} is a date, such as 2026-12-05", field=field) from None
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return start + timedelta(days=1) if after else start
+
+
+def param_filter(text: str) -> tuple[str, str]:
+    """A parameter filter as people type it, ``name=value``, split at the first "=". The name
+    is checked by the selector (runtime.selectors.tasks.task_param_match)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise InvalidInput(
+            "a parameter filter is name=value, such as account=acct-1042", field="param"
+        )
+    return name.strip(), value.strip()

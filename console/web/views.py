@@ -22,7 +22,7 @@ from console.api.errors import error_body
 from console.api.serializers import cursor_decode, cursor_encode, event_out
 from console.middleware import is_api, refusal
 from console.web.decorators import console_view
-from console.web.formats import elapsed
+from console.web.formats import day_start, elapsed, param_filter
 from console.web.interrupted import form_expired
 from console.web.outcomes import outcomes_context
 from runtime import attempts, cancellation, policy
@@ -32,11 +32,13 @@ from runtime.control import commands_of_task
 from runtime.errors import InvalidInput
 from runtime.models import Operation, RejectedObservation
 from runtime.rules.statuses import OperationStatus, TaskCondition, TaskOutcome
+from runtime.saved_views import saved_view_delete, saved_view_save, view_query
 from runtime.selectors import budgets, tasks
 from runtime.selectors.approvals import approvals_of_task, pending_approval_count
 from runtime.selectors.notifications import task_watching
 from runtime.selectors.operations import operation_list
 from runtime.selectors.signals import signals_of_task
+from runtime.selectors.views import saved_views_of
 from runtime.selectors.waits import expired_wait_count, waits_of_task
 
 # Django's handlers for what fails outside a view (a malformed multipart body read by the CSRF
@@ -145,12 +147,27 @@ def _task_list_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     q = (request.GET.get("q") or "").strip() or None
     before_raw = request.GET.get("before")
     before = cursor_decode(before_raw) if before_raw else None
+    since, until = (request.GET.get(k, "").strip() for k in ("since", "until"))
+    param = (request.GET.get("param") or "").strip()
     page_size = 25
     rows = tasks.task_list(
-        actor, condition=condition, outcome=outcome, search=q, before=before, limit=page_size + 1
+        actor,
+        condition=condition,
+        outcome=outcome,
+        search=q,
+        before=before,
+        limit=page_size + 1,
+        created_since=day_start(since, "since") if since else None,
+        created_until=day_start(until, "until", after=True) if until else None,
+        param=param_filter(param) if param else None,
     )
     page = rows[:page_size]
     return {
+        "since": since,
+        "until": until,
+        "param": param,
+        "saved_views": saved_views_of(actor, "tasks"),
+        "view_query": _view_query(request),
         "tasks": page,
         "next_cursor": cursor_encode(page[-1].created_at, page[-1].pk)
         if len(rows) > page_size
@@ -323,3 +340,33 @@ def task_attempt(request: HttpRequest, actor: Actor, task_id: str) -> HttpRespon
         "in this one, with what the budget still leaves.",
     )
     return HttpResponseRedirect(f"/tasks/{task_id}/")
+
+
+def _view_query(request: HttpRequest) -> str:
+    """The filters shown, as a view would keep them ("" when they show everything)."""
+    try:
+        return view_query("tasks", request.GET.urlencode())
+    except InvalidInput:
+        return ""
+
+
+@require_POST
+@console_view
+def task_view_save(request: HttpRequest, actor: Actor) -> HttpResponse:
+    """Keep the task list's filters under a name (the service checks the right and the filters)."""
+    view = saved_view_save(
+        actor,
+        page="tasks",
+        name=request.POST.get("name", ""),
+        query=request.POST.get("query", ""),
+    )
+    messages.success(request, f"View '{view.name}' saved: it is under \"Your views\".")
+    return HttpResponseRedirect(f"/tasks/?{view.query}")
+
+
+@require_POST
+@console_view
+def task_view_remove(request: HttpRequest, actor: Actor, view_id: int) -> HttpResponse:
+    saved_view_delete(actor, view_id)
+    messages.success(request, "View removed.")
+    return HttpResponseRedirect("/tasks/")

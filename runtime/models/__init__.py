@@ -30,6 +30,7 @@ from runtime.models.requests import IdempotentRequest
 from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.tasks import Attempt, Task, TaskCount
 from runtime.models.tools import DeclaredTool, DeclaredToolVersion
+from runtime.models.views import SavedView
 
 __all__ = [
     "Agent",
@@ -61,6 +62,7 @@ __all__ = [
     "RejectedObservation",
     "RequiredCheck",
     "Resolution",
+    "SavedView",
     "Schedule",
     "ScheduleEvent",
     "ScheduleRun",

@@ -5,11 +5,12 @@ its budget, its pending operations, and the dashboard's counts."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q, QuerySet, Sum, TextField
+from django.db.models import Exists, OuterRef, Q, QuerySet, Sum, TextField
 from django.db.models.functions import Cast
 
 from runtime.actors import Actor
@@ -89,11 +90,16 @@ def task_list(
     external_id: str | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int = 50,
+    created_since: datetime | None = None,
+    created_until: datetime | None = None,
+    param: tuple[str, str] | None = None,
 ) -> list[Task]:
     """The actor's tasks, newest first, by keyset (``before`` = (created_at, id) of the last row
     of the previous page): no OFFSET, no count. ``search`` finds a task by a part of its name,
     or by what it owns named exactly (``task_search_owner``); ``schedule``, the tasks that
-    schedule started; ``external_id``, the task created under that key (one per owner)."""
+    schedule started; ``external_id``, the task created under that key (one per owner);
+    ``created_since``/``created_until``, created in that range (the end excluded); ``param``,
+    a (key, value) one of its operations carries among its parameters (``task_param_match``)."""
     if condition and condition not in TaskCondition.ALL:
         raise InvalidInput(f"condition must be one of {', '.join(TaskCondition.ALL)}")
     if outcome and outcome not in TaskOutcome.ALL:
@@ -111,6 +117,12 @@ def task_list(
         qs = qs.filter(
             Q(name__icontains=search) | task_search_owner(search) | task_search_params(search)
         )
+    if created_since is not None:
+        qs = qs.filter(created_at__gte=created_since)
+    if created_until is not None:
+        qs = qs.filter(created_at__lt=created_until)
+    if param is not None:
+        qs = qs.filter(task_param_match(*param))
     if before is not None:
         at, last_id = before
         qs = qs.filter(created_at__lt=at) | qs.filter(created_at=at, id__lt=last_id)
@@ -173,6 +185,29 @@ def task_search_params(text: str) -> Q:
         .filter(params_text__icontains=text)
     )
     return Q(pk__in=holding.values("task_id"))
+
+
+# A parameter's name as a filter takes it: a top-level key of the parameters.
+_PARAM_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def task_param_match(key: str, value: str) -> Q:
+    """Tasks one of whose operations has ``value`` under the top-level parameter ``key`` (as
+    text; a whole number also as the number). Found through each task's operations, by the
+    operation's task index (not a scan of all parameters). Pure; InvalidInput for a key that is
+    no parameter's name."""
+    if not _PARAM_KEY.match(key) or "__" in key:
+        raise InvalidInput(
+            "a parameter filter is name=value, the name letters, digits, '_', '.', '-'",
+            field="param",
+        )
+    if len(value) > _SEARCH_ID_MAX:
+        raise InvalidInput("the parameter's value is too long", field="param")
+    lookup = f"params__{key}"
+    matches = Q(**{lookup: value})
+    if re.fullmatch(r"-?[0-9]{1,15}", value):
+        matches |= Q(**{lookup: int(value)})
+    return Q(Exists(Operation.objects.filter(matches, task_id=OuterRef("pk"))))
 
 
 @dataclass(frozen=True)

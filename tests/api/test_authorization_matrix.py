@@ -147,6 +147,10 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "fragments/tasks"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "tasks/<id:task_id>/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "tasks/<id:task_id>/cancel"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "tasks/<id:task_id>/attempt"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
+    # Saved views (issue 39): each person's own; removing another's (or none) is a 404.
+    ("POST", "tasks/views"): (LOGIN, LOGIN, LOGIN, 302, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "tasks/views/<int:view_id>/remove"): (LOGIN, LOGIN, LOGIN, 404, 404, 404, LOGIN, LOGIN, LOGIN),
     ("GET", "tasks/<id:task_id>/live"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "tokens/"): (LOGIN, LOGIN, LOGIN, 403, 403, 200, LOGIN, LOGIN, LOGIN),
@@ -231,6 +235,8 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("POST", "login/"): {"username": "nobody", "password": "wrong-password"},
     ("POST", "tasks/<id:task_id>/cancel"): {"reason": "matrix"},
+    ("POST", "tasks/<id:task_id>/attempt"): {"reason": "matrix"},
+    ("POST", "tasks/views"): {"name": "matrix", "query": "outcome=failed"},
     ("POST", "tokens/"): {"kind": "agent", "subject": "matrix-agent"},
     ("POST", "unresolved/<id:operation_id>/resolve"): {
         "resolution": "no_effect",
@@ -461,6 +467,7 @@ def _path(route: str, w: World) -> str:
         "artifact_id": "art_matrix",
         "schedule_id": w.schedule.pk,
         "endpoint_id": "nep_matrix",
+        "view_id": "999999",
         "name": w.declared,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
