@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-run run demo schema client test lint typecheck pytest pytest-embedded bench simulate soak clean
+.PHONY: install install-run run demo schema screenshot client test lint typecheck pytest pytest-embedded bench simulate soak clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ demo: install-run
 # fails when they differ).
 schema: install-run
 	$(PY) manage.py spectacular --file docs/openapi.yaml --validate --fail-on-warn
+
+# The README's picture (docs/img/console.png) from tests/browser/test_readme_picture.py, which
+# checks the page shows what the caption says; needs PostgreSQL, as `make test` does.
+screenshot: install
+	UPDATE_SCREENSHOT=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) PYTHONPATH=. \
+	  $(VENV)/bin/pytest -p tests.xdist_env -q -p no:cacheprovider tests/browser/test_readme_picture.py
 
 # The Python client's generated part (client/agent_console_client/_generated: models, every
 # route's verb, the sync twin by unasync) from docs/openapi.yaml; run after `make schema`
