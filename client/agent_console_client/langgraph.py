@@ -9,6 +9,15 @@ tool calls do, and a person's approval is a LangGraph ``interrupt`` the console'
   operation) and answers a ``ToolMessage`` with the result the console accepted, or the failure
   or the operator's denial. While the console holds calls for a person's approval, the node calls
   ``interrupt`` with their approvals (``{"console_approvals": [...]}``).
+- ``ConsoleThreads.chat_model(model)`` wraps the chat model a model node asks (tools bound, if
+  any): each ``ainvoke`` is a turn of the thread's durable run, an agent-executed operation of
+  the console's ``model.call`` under the step ``run:<run_key>:turn:<step>.<node>`` (the graph's
+  step and the asking node, which a checkpoint restores and a thread run again from its start
+  reaches again), proposed with an estimate of ``model_tokens`` (refused with BudgetExhausted
+  when the task's budget cannot cover it), claimed, and completed with the message's
+  ``usage_metadata`` tokens and the message itself (``messages_to_dict``). A turn the console
+  already holds is replayed, tool call ids and all, instead of asking the model again; a turn
+  held for a person's approval waits for the decision (``ModelCallDenied`` when denied).
 - ``ConsoleThreads.run(graph, input, thread_id)`` runs the thread to its end: at each console
   interrupt it waits (on the task's events) for the decisions, then resumes with
   ``Command(resume=...)``; the node, run again, asks the console what became of each call.
@@ -18,23 +27,36 @@ uses ``langgraph-checkpoint-sqlite``). ``run`` writes each checkpoint before the
 (``durability="sync"``), starts the thread from ``input`` only when it has no checkpoint, and
 otherwise continues it where it stopped; the AI message whose calls the tool node proposed is in
 a checkpoint before any is proposed, so a restarted process proposes the same ids again and the
-console gives back the same operations: no effect happens twice.
+console gives back the same operations: no effect happens twice. The model's turns make a thread
+whose checkpoints are lost (or never kept) durable too: run again from its input, it gets each
+recorded answer back, with the same call ids, and neither pays for nor repeats a model call.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
 
-from agent_console_client._async import AsyncClient
-from agent_console_client.errors import REFUSALS
+from agent_console_client._async import AsyncClient, AsyncLease
+from agent_console_client._turns import ModelCallDenied, ModelCallEnded, Turns
+from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
 WAITING_APPROVAL = "waiting_approval"
@@ -99,6 +121,35 @@ class ConsoleThreads:
             )
             self._tasks[thread_id] = task.id
         return self._tasks[thread_id]
+
+    def chat_model(
+        self,
+        model: Runnable[Any, BaseMessage],
+        *,
+        run_key: str = "main",
+        thread_id: str | None = None,
+        model_name: str | None = None,
+        estimate_tokens: int = 1000,
+        tool: str = "model.call",
+        poll_seconds: float = 0.5,
+        approval_timeout: float | None = None,
+    ) -> ConsoleChatModel:
+        """``model`` (a chat model, or one with its tools bound) whose every ``ainvoke`` is a
+        turn of the thread's task (see the module's docstring). The thread is the graph's
+        (``configurable.thread_id``) unless ``thread_id`` names one; ``model_name`` goes in
+        each turn's params (by default the model's own name: keep it the same across
+        restarts, a turn proposed again with other params is a conflict)."""
+        return ConsoleChatModel(
+            self,
+            model,
+            run_key=run_key,
+            thread_id=thread_id,
+            model_name=model_name or _model_name(model),
+            estimate_tokens=estimate_tokens,
+            tool=tool,
+            poll_seconds=poll_seconds,
+            approval_timeout=approval_timeout,
+        )
 
     def tool_node(self, tools: Mapping[str, str], *, messages_key: str = "messages") -> ToolNode:
         """A node running the last AI message's tool calls through the console; ``tools`` maps
@@ -219,6 +270,133 @@ class ToolNode:
         return {self.messages_key: [answers[str(call["id"])] for call in calls]}
 
 
+def _model_name(model: Runnable[Any, Any]) -> str:
+    for attribute in ("model_name", "model"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value[:200]
+    return model.get_name()[:200]
+
+
+def _position(config: RunnableConfig) -> tuple[str, int] | None:
+    """Where in the graph a request is made, as LangGraph's own metadata for the running node
+    says: the turn's name (``<step>.<node>``) and number (the step); None outside a node. The
+    step, not a count kept in this process, so that a thread resumed from a checkpoint (which
+    does not run the nodes before it again) names its next turn as the first run did."""
+    metadata = config.get("metadata") or {}
+    step, node = metadata.get("langgraph_step"), metadata.get("langgraph_node")
+    if not isinstance(step, int) or not node:
+        return None
+    return f"{step}.{str(node)[:120]}", max(step, 1)
+
+
+def _replayed(recorded: dict[str, Any]) -> BaseMessage:
+    (message,) = messages_from_dict([recorded["response"]])
+    return message
+
+
+class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
+    """A chat model whose every ``ainvoke`` is a turn of its thread's durable run
+    (``ConsoleThreads.chat_model``). Asked from a graph's node, the turn is named after the
+    graph's step and the node: one request per node and step under a run key (a node asking
+    more than once gives each request its own ``run_key``). Asked outside a graph, turns are
+    counted from 1 for each thread, as the other adapters count them."""
+
+    def __init__(
+        self,
+        threads: ConsoleThreads,
+        model: Runnable[Any, BaseMessage],
+        *,
+        run_key: str,
+        thread_id: str | None,
+        model_name: str,
+        estimate_tokens: int,
+        tool: str,
+        poll_seconds: float,
+        approval_timeout: float | None,
+    ) -> None:
+        self.threads = threads
+        self.model = model
+        self.thread_id = thread_id
+        self.model_name = model_name
+        self.run_key = run_key
+        self.tool = tool
+        self.estimate_tokens = estimate_tokens
+        self.poll_seconds = poll_seconds
+        self.approval_timeout = approval_timeout
+        self._turns: dict[str, Turns] = {}
+
+    def invoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        # The console's client here is an AsyncClient, bound to the graph's event loop.
+        raise NotImplementedError("a console turn is asynchronous: use ainvoke (graph.ainvoke)")
+
+    async def ainvoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        # The turn runs as a child run of the caller's (LangGraph's node), so the wrapped
+        # model's callbacks (LangGraph's "messages" stream, tracing) see it as usual.
+        turn = partial(self._turn, kwargs=kwargs)
+        message: BaseMessage = await self._acall_with_config(turn, input, config)
+        return message
+
+    async def _turns_for(self, config: RunnableConfig) -> Turns:
+        thread_id = self.thread_id or config.get("configurable", {}).get("thread_id")
+        if not thread_id:
+            raise ValueError("no thread: run the graph with a thread_id, or give chat_model one")
+        task_id = await self.threads.task(str(thread_id))
+        if task_id not in self._turns:
+            self._turns[task_id] = Turns(
+                self.threads.client,
+                task_id,
+                run_key=self.run_key,
+                tool=self.tool,
+                estimate_tokens=self.estimate_tokens,
+                poll_seconds=self.poll_seconds,
+                approval_timeout=self.approval_timeout,
+            )
+        return self._turns[task_id]
+
+    async def _turn(
+        self,
+        input: LanguageModelInput,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        kwargs: dict[str, Any],
+    ) -> BaseMessage:
+        turns = await self._turns_for(config)
+        at = _position(config)
+        op = await turns.next(self.model_name, turn=at and at[0], call=at and at[1])
+        while True:
+            async with AsyncExitStack() as stack:
+                held = await turns.hold(op, stack)
+                if isinstance(held, dict):
+                    return _replayed(held)
+                message = await self.model.ainvoke(input, config, **kwargs)
+                try:
+                    await self._record(turns, held, message)
+                except StaleLease:
+                    # Taken over while the model answered: this answer is not the recorded
+                    # one, so the graph does not act on it; the turn is claimed or replayed.
+                    pass
+                else:
+                    return message
+            op = await self.threads.client.get_operation(op.id)
+
+    async def _record(self, turns: Turns, lease: AsyncLease, message: BaseMessage) -> None:
+        usage = message.usage_metadata if isinstance(message, AIMessage) else None
+        model = message.response_metadata.get("model_name") or self.model_name
+        await turns.record(
+            lease,
+            model=str(model),
+            input_tokens=usage["input_tokens"] if usage else 0,
+            output_tokens=usage["output_tokens"] if usage else 0,
+            response=messages_to_dict([message])[0],
+        )
+
+
 def _pending(op: Operation, task_id: str) -> dict[str, Any]:
     return {
         "operation": op.id,
@@ -229,4 +407,11 @@ def _pending(op: Operation, task_id: str) -> dict[str, Any]:
     }
 
 
-__all__: Sequence[str] = ["ConsoleThreads", "ToolNode", "thread_key"]
+__all__: Sequence[str] = [
+    "ConsoleChatModel",
+    "ConsoleThreads",
+    "ModelCallDenied",
+    "ModelCallEnded",
+    "ToolNode",
+    "thread_key",
+]

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from agent_console_client import AsyncClient
-from agent_console_client.examples.langgraph_refund import after_model, refund_model
+from agent_console_client.errors import BudgetExhausted
+from agent_console_client.examples.langgraph_refund import refund_chat, refund_graph
 from agent_console_client.examples.refund import issue_refund, refund_script
 from agent_console_client.langgraph import ConsoleThreads
 from agent_console_client.openai_agents import ConsoleModel, ModelCallDenied, console_tool
@@ -25,9 +26,9 @@ from agent_console_client.pydantic_ai import ConsoleModel as PydanticConsoleMode
 from agent_console_client.pydantic_ai import ConsoleToolset, run_with_console
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.testing.model import ScriptedModel, assistant_message, function_call
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -76,14 +77,21 @@ def refund(account: str, amount_cents: int) -> dict[str, Any]:
     raise AssertionError("runs in the console")
 
 
-def _graph(threads: ConsoleThreads, amount_cents: int) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", refund_model("cust-9", amount_cents, 0.0))
-    builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", after_model, ["tools", END])
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=InMemorySaver())
+def _graph(threads: ConsoleThreads, amount_cents: int, **turns: Any) -> Any:
+    """The example's refund graph, its model's answers turns of the thread (``turns``: the
+    chat model's settings), on checkpoints kept in memory (a new graph has none)."""
+    chat = threads.chat_model(refund_chat("cust-9", amount_cents, 0.0), **turns)
+    return refund_graph(threads, chat, InMemorySaver())
+
+
+def _counted(asked: list[int], amount_cents: int) -> Any:
+    """The example's scripted model, counting what it is really asked (the messages it reads)."""
+
+    def count(messages: list[BaseMessage]) -> list[BaseMessage]:
+        asked.append(len(messages))
+        return messages
+
+    return RunnableLambda(count) | refund_chat("cust-9", amount_cents, 0.0)
 
 
 def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) -> None:
@@ -106,7 +114,7 @@ def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) ->
     last = values["messages"][-1].content
     assert "refund error" in last and REASON in last, last
     assert [[item["approval"] for item in pending] for pending in asked] == [[approval_id]]
-    (op,) = Operation.objects.filter(task__external_id="langgraph:t-1")
+    (op,) = Operation.objects.filter(task__external_id="langgraph:t-1").exclude(tool="model.call")
     assert op.tool == "demo.payments.charge" and op.status == "failed"
 
 
@@ -394,3 +402,84 @@ def test_a_model_turn_held_for_approval_waits_for_the_decision(server: Server) -
     assert yes.result["response"]["output"][0]["content"][0]["text"] == "allowed"
     no = Operation.objects.get(task__external_id="gated-no", tool="acme.llm.gated")
     assert no.status != "succeeded" and no.approvals.get().status == "denied"
+
+
+def test_a_langgraph_threads_model_answers_are_turns_a_rerun_replays(server: Server) -> None:
+    """The model node's chat model is a ``threads.chat_model``: each answer is a model.call
+    operation of the thread's task (step ``run:main:turn:<graph step>.<node>``), its usage
+    posted to the task's model_tokens budget. Run again from its input (its checkpoints lost:
+    a new graph, kept in memory), the thread replays both recorded answers without asking the
+    model: the first one's call id is kept, so the tool node finds the operation the operator
+    denied, and no approval is asked for again."""
+    agent, operator = factories.agent(), factories.console_user("operator")
+    asked: list[int] = []
+    approvals: list[list[Any]] = []
+
+    async def run(console: AsyncClient) -> tuple[Any, str]:
+        threads = ConsoleThreads(
+            console, name="refunds", budget={"model_tokens": 10_000}, wait_timeout=30
+        )
+        chat = threads.chat_model(_counted(asked, 25000), model_name="scripted")
+        graph = refund_graph(threads, chat, InMemorySaver())
+        values = await threads.run(
+            graph, {"messages": [HumanMessage("refund")]}, "t-turns", on_approval=approvals.append
+        )
+        return values, await threads.task("t-turns")
+
+    async def scenario() -> tuple[list[Any], float]:
+        async with AsyncClient(base_url=server.url, token=agent.token) as console:
+            denied = asyncio.create_task(
+                _deny_first_approval(server, operator.token, "langgraph:t-turns")
+            )
+            first, task_id = await run(console)
+            await denied
+            again, _ = await run(console)  # the restarted agent, without checkpoints
+            budget = await console.get_budget(task_id)
+            meter = budget.meters.get("model_tokens")
+            return [first, again], meter.posted if meter else 0.0
+
+    (first, again), posted = asyncio.run(scenario())
+    assert asked == [1, 3]  # the rerun asked nothing
+    assert len(approvals) == 1
+    said = [[m.content for m in values["messages"]] for values in (first, again)]
+    assert said[0] == said[1] and REASON in said[0][-1], said
+    calls = [values["messages"][1].tool_calls[0]["id"] for values in (first, again)]
+    assert calls[0] == calls[1]
+    turns = Operation.objects.filter(task__external_id="langgraph:t-turns", tool="model.call")
+    assert sorted((op.step, op.status, op.executor, op.attempts_used) for op in turns) == [
+        ("run:main:turn:1.model", "succeeded", "agent", 1),
+        ("run:main:turn:3.model", "succeeded", "agent", 1),
+    ]
+    # The scripted model's usage: 20 tokens per message read and 10 written, for 1 then 3.
+    assert posted == (20 * 1 + 10) + (20 * 3 + 10)
+    (charge,) = Operation.objects.filter(
+        task__external_id="langgraph:t-turns", tool="demo.payments.charge"
+    )
+    assert (charge.step, charge.status) == (f"call-{calls[0]}", "failed")
+
+
+def test_a_langgraph_turn_the_budget_cannot_cover_is_refused(server: Server) -> None:
+    """A turn proposed with an estimate above what the task's model_tokens budget has left is
+    refused before the model is asked: the run ends with BudgetExhausted, as the other
+    adapters' runs do. A smaller ``estimate_tokens`` fits the same budget."""
+    principal = factories.agent()
+    asked: list[int] = []
+
+    async def scenario() -> Any:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="refunds", budget={"model_tokens": 500})
+            start = {"messages": [HumanMessage("refund")]}
+            chat = threads.chat_model(_counted(asked, -5))  # estimates 1000 tokens a turn
+            with pytest.raises(BudgetExhausted):
+                await threads.run(refund_graph(threads, chat, InMemorySaver()), start, "t-poor")
+            assert asked == []
+            frugal = threads.chat_model(_counted(asked, -5), estimate_tokens=400)
+            return await threads.run(refund_graph(threads, frugal, InMemorySaver()), start, "t-ok")
+
+    values = asyncio.run(scenario())
+    assert values["messages"][-1].content.startswith("refund error: the console refused")
+    assert asked == [1, 3]
+    assert not Operation.objects.filter(task__external_id="langgraph:t-poor").exists()
+    assert (
+        Operation.objects.filter(task__external_id="langgraph:t-ok", tool="model.call").count() == 2
+    )
