@@ -34,6 +34,7 @@ recorded answer back, with the same call ids, and neither pays for nor repeats a
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -59,6 +60,9 @@ from agent_console_client._turns import ModelCallDenied, ModelCallEnded, Turns
 from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
+# How LangGraph's metadata names a node's task: a Send's path starts with PUSH; a subgraph's
+# checkpoint namespace is its parents' "<node>:<task id>", joined by "|".
+PUSH, NS_SEP, NS_END = "__pregel_push", "|", ":"
 WAITING_APPROVAL = "waiting_approval"
 DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
 # Where a tool call's wait ends: done, or handed to support staff.
@@ -279,15 +283,29 @@ def _model_name(model: Runnable[Any, Any]) -> str:
 
 
 def _position(config: RunnableConfig) -> tuple[str, int] | None:
-    """Where in the graph a request is made, as LangGraph's own metadata for the running node
-    says: the turn's name (``<step>.<node>``) and number (the step); None outside a node. The
-    step, not a count kept in this process, so that a thread resumed from a checkpoint (which
-    does not run the nodes before it again) names its next turn as the first run did."""
+    """Where in the graph a request is made, as LangGraph's metadata for the running node says:
+    the turn's name and number (the graph's step); None outside a node. The name is
+    ``<step>.<node>``, ``.<i>`` added for the i-th ``Send`` to the node in that step, and, in a
+    subgraph, ``<parent node>@<digest>/`` before it. The step, not a count kept in this process,
+    so that a thread resumed from a checkpoint (which does not run the nodes before it again)
+    names its next turn as the first run did, and one run again from its input too. A
+    subgraph's steps start again each time it runs, so its turns are told apart by the parent
+    task's id (in ``langgraph_checkpoint_ns``): the same when a checkpoint resumes the thread,
+    another when the thread runs again from its input, whose subgraph turns are asked again."""
     metadata = config.get("metadata") or {}
     step, node = metadata.get("langgraph_step"), metadata.get("langgraph_node")
     if not isinstance(step, int) or not node:
         return None
-    return f"{step}.{str(node)[:120]}", max(step, 1)
+    name = f"{step}.{str(node)[:80]}"
+    path: Sequence[Any] = metadata.get("langgraph_path") or ()
+    if len(path) > 1 and path[0] == PUSH and isinstance(path[1], int):
+        name += f".{path[1]}"
+    parents = str(metadata.get("langgraph_checkpoint_ns") or "").split(NS_SEP)[:-1]
+    if parents:
+        digest = hashlib.blake2s(NS_SEP.join(parents).encode(), digest_size=6).hexdigest()
+        names = "/".join(parent.split(NS_END)[0][:30] for parent in parents)
+        name = f"{names}@{digest}/{name}"
+    return name, max(step, 1)
 
 
 def _replayed(recorded: dict[str, Any]) -> BaseMessage:
@@ -298,9 +316,11 @@ def _replayed(recorded: dict[str, Any]) -> BaseMessage:
 class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
     """A chat model whose every ``ainvoke`` is a turn of its thread's durable run
     (``ConsoleThreads.chat_model``). Asked from a graph's node, the turn is named after the
-    graph's step and the node: one request per node and step under a run key (a node asking
-    more than once gives each request its own ``run_key``). Asked outside a graph, turns are
-    counted from 1 for each thread, as the other adapters count them."""
+    graph's step and the node (``_position``): one request per node and step under a run key
+    (a node asking more than once gives each request a model of its own ``run_key``: a second
+    request under the same name would get the first one's recorded response back).
+    Asked outside a graph, turns are counted from 1 for each thread, as the other adapters
+    count them."""
 
     def __init__(
         self,
@@ -367,8 +387,8 @@ class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
         kwargs: dict[str, Any],
     ) -> BaseMessage:
         turns = await self._turns_for(config)
-        at = _position(config)
-        op = await turns.next(self.model_name, turn=at and at[0], call=at and at[1])
+        turn, call = _position(config) or (None, None)
+        op = await turns.next(self.model_name, turn=turn, call=call)
         while True:
             async with AsyncExitStack() as stack:
                 held = await turns.hold(op, stack)

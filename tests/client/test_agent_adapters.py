@@ -12,8 +12,9 @@ running in this thread, and these run their agents with ``asyncio.run``.)"""
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from agent_console_client import AsyncClient
@@ -26,9 +27,11 @@ from agent_console_client.pydantic_ai import ConsoleModel as PydanticConsoleMode
 from agent_console_client.pydantic_ai import ConsoleToolset, run_with_console
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.testing.model import ScriptedModel, assistant_message, function_call
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Send
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -483,3 +486,79 @@ def test_a_langgraph_turn_the_budget_cannot_cover_is_refused(server: Server) -> 
     assert (
         Operation.objects.filter(task__external_id="langgraph:t-ok", tool="model.call").count() == 2
     )
+
+
+class _Fan(TypedDict):
+    items: list[str]
+    answers: Annotated[list[str], operator.add]
+
+
+def _echo(asked: list[str]) -> Any:
+    """A scripted chat model answering what the last message said, counting what it is asked."""
+
+    def answer(messages: list[BaseMessage]) -> BaseMessage:
+        asked.append(str(messages[-1].content))
+        return AIMessage(f"echo {messages[-1].content}")
+
+    return RunnableLambda(answer, name="echo")
+
+
+def _fan_graph(threads: ConsoleThreads, asked: list[str]) -> Any:
+    """Each item goes to the ``ask`` node by a ``Send`` (the same node, twice in one step), then
+    a subgraph asking the same model runs twice, from a private state of one message each time
+    (its own steps start again at 1)."""
+    chat = threads.chat_model(_echo(asked))
+
+    async def ask(item: dict[str, str]) -> dict[str, Any]:
+        answer = await chat.ainvoke([HumanMessage(item["item"])])
+        return {"answers": [answer.content]}
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await chat.ainvoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("agent", agent)
+    inner.add_edge(START, "agent")
+    sub = inner.compile()
+
+    async def delegate(state: _Fan) -> dict[str, Any]:
+        done = len(state["answers"])
+        values = await sub.ainvoke({"messages": [HumanMessage(f"task {done}")]})
+        return {"answers": [values["messages"][-1].content]}
+
+    def more(state: _Fan) -> str:
+        return "delegate" if len(state["answers"]) < 4 else END
+
+    builder = StateGraph(_Fan)
+    builder.add_node("ask", ask)
+    builder.add_node("delegate", delegate)
+    fan = [Send("ask", {"item": item}) for item in ("a", "b")]
+    builder.add_conditional_edges(START, lambda state: fan, ["ask"])
+    builder.add_edge("ask", "delegate")
+    builder.add_conditional_edges("delegate", more, ["delegate", END])
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_langgraph_turns_of_sends_and_subgraphs_are_told_apart(server: Server) -> None:
+    """Two ``Send``s to one node in one step, and a subgraph run twice whose inner step is the
+    same both times: each request is a turn of its own, answered for what it asked (a shared
+    name would hand the second request the first one's recorded answer). Run again from its
+    input, the thread replays the Sends' turns."""
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="fan")
+            start = {"items": ["a", "b"], "answers": []}
+            first = await threads.run(_fan_graph(threads, asked), start, "t-fan")
+            again = await threads.run(_fan_graph(threads, asked), start, "t-fan")
+            return [first, again]
+
+    first, again = asyncio.run(scenario())
+    assert first["answers"] == ["echo a", "echo b", "echo task 2", "echo task 3"]
+    assert again["answers"] == first["answers"]
+    assert asked.count("a") == asked.count("b") == 1  # replayed by the second run
+    steps = Operation.objects.filter(task__external_id="langgraph:t-fan", tool="model.call")
+    sends = sorted(step for step in steps.values_list("step", flat=True) if ".ask." in step)
+    assert sends == ["run:main:turn:1.ask.0", "run:main:turn:1.ask.1"]
