@@ -345,6 +345,8 @@ class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
         self.poll_seconds = poll_seconds
         self.approval_timeout = approval_timeout
         self._turns: dict[str, Turns] = {}
+        # The (task, turn) pairs being asked now, to refuse a second request under one name.
+        self._asking: set[tuple[str, str]] = set()
 
     def invoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -388,7 +390,32 @@ class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
     ) -> BaseMessage:
         turns = await self._turns_for(config)
         turn, call = _position(config) or (None, None)
-        op = await turns.next(self.model_name, turn=turn, call=call)
+        if turn is not None:
+            asking = (turns.task_id, turn)
+            if asking in self._asking:
+                # Two requests at once under one name (abatch, gather): one would be handed
+                # the other's answer, so neither is asked.
+                raise ValueError(
+                    f"turn {turns.step(turn)} is already being asked: a node making several "
+                    "requests at once gives each a chat_model of its own run_key"
+                )
+            self._asking.add(asking)
+        try:
+            op = await turns.next(self.model_name, turn=turn, call=call)
+            return await self._answer(turns, op, input, config, kwargs)
+        finally:
+            if turn is not None:
+                self._asking.discard((turns.task_id, turn))
+
+    async def _answer(
+        self,
+        turns: Turns,
+        op: Operation,
+        input: LanguageModelInput,
+        config: RunnableConfig,
+        kwargs: dict[str, Any],
+    ) -> BaseMessage:
+        """The turn's recorded answer, or the model's, recorded."""
         while True:
             async with AsyncExitStack() as stack:
                 held = await turns.hold(op, stack)

@@ -562,3 +562,36 @@ def test_langgraph_turns_of_sends_and_subgraphs_are_told_apart(server: Server) -
     steps = Operation.objects.filter(task__external_id="langgraph:t-fan", tool="model.call")
     sends = sorted(step for step in steps.values_list("step", flat=True) if ".ask." in step)
     assert sends == ["run:main:turn:1.ask.0", "run:main:turn:1.ask.1"]
+
+
+def test_a_langgraph_node_asking_twice_at_once_under_one_name_is_refused(server: Server) -> None:
+    """A node making two requests at once through one chat model (``abatch``) would name both
+    turns alike, and one would get the other's answer: the second is refused with ValueError,
+    the model asked once."""
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="twice")
+            chat = threads.chat_model(_echo(asked))
+
+            async def both(state: _Fan) -> dict[str, Any]:
+                prompts = [[HumanMessage(item)] for item in state["items"]]
+                results = await chat.abatch(prompts, return_exceptions=True)
+                return {"answers": [getattr(r, "content", repr(r)) for r in results]}
+
+            builder = StateGraph(_Fan)
+            builder.add_node("both", both)
+            builder.add_edge(START, "both")
+            graph = builder.compile(checkpointer=InMemorySaver())
+            values = await threads.run(graph, {"items": ["a", "b"], "answers": []}, "t-twice")
+            return list(values["answers"])
+
+    answers = asyncio.run(scenario())
+    assert len(asked) == 1
+    answered, refused = sorted(answers, key=lambda said: said.startswith("ValueError"))
+    assert answered == f"echo {asked[0]}", answers
+    assert refused.startswith("ValueError") and "already being asked" in refused, answers
+    (turn,) = Operation.objects.filter(task__external_id="langgraph:t-twice", tool="model.call")
+    assert (turn.step, turn.status) == ("run:main:turn:1.both", "succeeded")
