@@ -4,7 +4,10 @@ OpenAI Agents: the function tool's wait); parameters the console refuses reach t
 failed tool result, never a traceback (each adapter); and an OpenAI Agents streamed run is a
 recorded turn that a restarted run replays without asking the model, as is a Pydantic AI one
 (``run_stream``, then ``iter``); a model turn a policy holds for approval waits for the decision
-(approved: asked, recorded, replayed; denied: ModelCallDenied with the reason).
+(approved: asked, recorded, replayed; denied: ModelCallDenied with the reason). A LangGraph
+model node's chat model (``ConsoleThreads.chat_model``) makes the same turns: tokens posted to
+the task's budget, a thread run again replays them, a budget too small refuses them, a gated
+one waits for the operator; Sends and subgraph runs are turns of their own.
 
 (Here, not beside the Pydantic AI example's tests: the browser those use keeps an event loop
 running in this thread, and these run their agents with ``asyncio.run``.)"""
@@ -595,3 +598,56 @@ def test_a_langgraph_node_asking_twice_at_once_under_one_name_is_refused(server:
     assert refused.startswith("ValueError") and "already being asked" in refused, answers
     (turn,) = Operation.objects.filter(task__external_id="langgraph:t-twice", tool="model.call")
     assert (turn.step, turn.status) == ("run:main:turn:1.both", "succeeded")
+
+
+def test_a_langgraph_turn_held_for_approval_waits_for_the_decision(server: Server) -> None:
+    """A chat model whose turns a policy gates (``tool=`` an agent-run tool declared with
+    ``always``): the node waits for the operator; approved, the model is asked and answers;
+    denied, the run ends with ModelCallDenied naming the operator's reason, the model never
+    asked."""
+    admin, operator = factories.console_user("admin"), factories.console_user("operator")
+    tool_declare(
+        admin.actor,
+        {
+            "name": "acme.llm.gated",
+            "kind": "agent",
+            "contract": "pure",
+            "description": "A model call an operator must allow.",
+            "params_schema": {"type": "object"},
+            "approval": {"required": "always"},
+        },
+    )
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def run(threads: ConsoleThreads, thread_id: str, decision: str) -> Any:
+        chat = threads.chat_model(_echo(asked), tool="acme.llm.gated", approval_timeout=30)
+
+        async def model(state: MessagesState) -> dict[str, Any]:
+            return {"messages": [await chat.ainvoke(state["messages"])]}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", model)
+        builder.add_edge(START, "model")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        decided = _decide_first_approval(server, operator.token, f"langgraph:{thread_id}", decision)
+        start = {"messages": [HumanMessage(thread_id)]}
+        values, _ = await asyncio.gather(threads.run(graph, start, thread_id), decided)
+        return values["messages"][-1].content
+
+    async def scenario() -> tuple[str, str]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="gated model")
+            allowed = await run(threads, "gated-yes", "approve")
+            with pytest.raises(ModelCallDenied) as denial:
+                await run(threads, "gated-no", "deny")
+            return allowed, str(denial.value)
+
+    try:
+        allowed, denial = asyncio.run(scenario())
+    finally:
+        declarations_forget()
+    assert allowed == "echo gated-yes" and asked == ["gated-yes"]
+    assert REASON in denial and operator.actor.name in denial, denial
+    no = Operation.objects.get(task__external_id="langgraph:gated-no", tool="acme.llm.gated")
+    assert no.status != "succeeded" and no.approvals.get().status == "denied"
