@@ -308,6 +308,12 @@ def _position(config: RunnableConfig) -> tuple[str, int] | None:
     return name, max(step, 1)
 
 
+def _dumped(message: BaseMessage) -> Any:
+    """The message as LangChain's ``messages_to_dict`` gives it, in JSON for the console: a
+    value JSON has no form for (a provider's metadata may hold a datetime) is kept as text."""
+    return json.loads(json.dumps(messages_to_dict([message])[0], default=str))
+
+
 def _replayed(recorded: dict[str, Any]) -> BaseMessage:
     (message,) = messages_from_dict([recorded["response"]])
     return message
@@ -440,7 +446,7 @@ class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
             model=str(model),
             input_tokens=usage["input_tokens"] if usage else 0,
             output_tokens=usage["output_tokens"] if usage else 0,
-            response=messages_to_dict([message])[0],
+            response=_dumped(message),
         )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -497,11 +498,13 @@ class _Fan(TypedDict):
 
 
 def _echo(asked: list[str]) -> Any:
-    """A scripted chat model answering what the last message said, counting what it is asked."""
+    """A scripted chat model answering what the last message said, counting what it is asked;
+    its metadata holds a datetime, as some providers' do (recorded as text)."""
 
     def answer(messages: list[BaseMessage]) -> BaseMessage:
         asked.append(str(messages[-1].content))
-        return AIMessage(f"echo {messages[-1].content}")
+        created = {"created_at": datetime(2026, 1, 2, tzinfo=UTC)}
+        return AIMessage(f"echo {messages[-1].content}", response_metadata=created)
 
     return RunnableLambda(answer, name="echo")
 
