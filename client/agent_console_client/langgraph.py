@@ -29,7 +29,8 @@ otherwise continues it where it stopped; the AI message whose calls the tool nod
 a checkpoint before any is proposed, so a restarted process proposes the same ids again and the
 console gives back the same operations: no effect happens twice. The model's turns make a thread
 whose checkpoints are lost (or never kept) durable too: run again from its input, it gets each
-recorded answer back, with the same call ids, and neither pays for nor repeats a model call.
+recorded answer back, with the same call ids, and neither pays for nor repeats a model call (but
+a subgraph's, named after a parent task a new run does not have again: see ``_position``).
 """
 
 from __future__ import annotations
@@ -399,8 +400,8 @@ class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
         if turn is not None:
             asking = (turns.task_id, turn)
             if asking in self._asking:
-                # Two requests at once under one name (abatch, gather): one would be handed
-                # the other's answer, so neither is asked.
+                # Two requests at once under one name (abatch, gather): the second would be
+                # handed the first one's answer, so it is refused instead.
                 raise ValueError(
                     f"turn {turns.step(turn)} is already being asked: a node making several "
                     "requests at once gives each a chat_model of its own run_key"
