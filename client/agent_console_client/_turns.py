@@ -1,6 +1,7 @@
-"""A durable agent run's model turns, as the adapters (Pydantic AI, OpenAI Agents) record them:
-each model request is an agent-executed operation of the console's built-in ``model.call`` under
-the step ``run:<run_key>:turn:<n>`` (n counts the run's requests from 1), proposed with an
+"""A durable agent run's model turns, as the adapters (Pydantic AI, OpenAI Agents, LangGraph)
+record them: each model request is an agent-executed operation of the console's built-in
+``model.call`` under the step ``run:<run_key>:turn:<n>`` (n counts the run's requests from 1;
+LangGraph's is ``<graph step>.<node>``, where a checkpoint resumes it), proposed with an
 estimate of ``model_tokens``, claimed, and completed with the tokens used and the response (in
 the framework's own serialised form). A turn the console already holds a response for is
 replayed instead of asked again, so a restarted run's tool calls keep their ids.
@@ -61,17 +62,22 @@ class Turns:
         self.count = 0
         self.replayed = 0
 
-    def step(self, turn: int) -> str:
+    def step(self, turn: int | str) -> str:
         return f"run:{self.run_key}:turn:{turn}"
 
-    async def next(self, model_name: str) -> Operation:
-        """The next turn's operation (the same one for the same run, turn and model)."""
+    async def next(
+        self, model_name: str, *, turn: str | None = None, call: int | None = None
+    ) -> Operation:
+        """The next turn's operation (the same one for the same run, turn and model). ``turn``
+        (and ``call``, its number in the params) name it when the caller knows where the run
+        is without counting (LangGraph: the graph's step and node, as a checkpoint restores
+        them); otherwise it is the next of this run's requests."""
         self.count += 1
         return await self.client.propose(
             self.task_id,
             self.tool,
-            {"model": model_name, "call": self.count},
-            step=self.step(self.count),
+            {"model": model_name, "call": call or self.count},
+            step=self.step(turn or self.count),
             executor="agent",
             estimate={"model_tokens": self.estimate_tokens},
         )

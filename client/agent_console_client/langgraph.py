@@ -9,6 +9,15 @@ tool calls do, and a person's approval is a LangGraph ``interrupt`` the console'
   operation) and answers a ``ToolMessage`` with the result the console accepted, or the failure
   or the operator's denial. While the console holds calls for a person's approval, the node calls
   ``interrupt`` with their approvals (``{"console_approvals": [...]}``).
+- ``ConsoleThreads.chat_model(model)`` wraps the chat model a model node asks (tools bound, if
+  any): each ``ainvoke`` is a turn of the thread's durable run, an agent-executed operation of
+  the console's ``model.call`` under the step ``run:<run_key>:turn:<step>.<node>`` (the graph's
+  step and the asking node, which a checkpoint restores and a thread run again from its start
+  reaches again), proposed with an estimate of ``model_tokens`` (refused with BudgetExhausted
+  when the task's budget cannot cover it), claimed, and completed with the message's
+  ``usage_metadata`` tokens and the message itself (``messages_to_dict``). A turn the console
+  already holds is replayed, tool call ids and all, instead of asking the model again; a turn
+  held for a person's approval waits for the decision (``ModelCallDenied`` when denied).
 - ``ConsoleThreads.run(graph, input, thread_id)`` runs the thread to its end: at each console
   interrupt it waits (on the task's events) for the decisions, then resumes with
   ``Command(resume=...)``; the node, run again, asks the console what became of each call.
@@ -18,25 +27,43 @@ uses ``langgraph-checkpoint-sqlite``). ``run`` writes each checkpoint before the
 (``durability="sync"``), starts the thread from ``input`` only when it has no checkpoint, and
 otherwise continues it where it stopped; the AI message whose calls the tool node proposed is in
 a checkpoint before any is proposed, so a restarted process proposes the same ids again and the
-console gives back the same operations: no effect happens twice.
+console gives back the same operations: no effect happens twice. The model's turns make a thread
+whose checkpoints are lost (or never kept) durable too: run again from its input, it gets each
+recorded answer back, with the same call ids, and neither pays for nor repeats a model call (but
+a subgraph's, named after a parent task a new run does not have again: see ``_position``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
 
-from agent_console_client._async import AsyncClient
-from agent_console_client.errors import REFUSALS
+from agent_console_client._async import AsyncClient, AsyncLease
+from agent_console_client._turns import ModelCallDenied, ModelCallEnded, Turns
+from agent_console_client.errors import REFUSALS, StaleLease
 from agent_console_client.models import ALL_STATUSES, TERMINAL_STATUSES, Operation
 
+# How LangGraph's metadata names a node's task: a Send's path starts with PUSH; a subgraph's
+# checkpoint namespace is its parents' "<node>:<task id>", joined by "|".
+PUSH, NS_SEP, NS_END = "__pregel_push", "|", ":"
 WAITING_APPROVAL = "waiting_approval"
 DECIDED = ALL_STATUSES - {WAITING_APPROVAL}
 # Where a tool call's wait ends: done, or handed to support staff.
@@ -99,6 +126,35 @@ class ConsoleThreads:
             )
             self._tasks[thread_id] = task.id
         return self._tasks[thread_id]
+
+    def chat_model(
+        self,
+        model: Runnable[Any, BaseMessage],
+        *,
+        run_key: str = "main",
+        thread_id: str | None = None,
+        model_name: str | None = None,
+        estimate_tokens: int = 1000,
+        tool: str = "model.call",
+        poll_seconds: float = 0.5,
+        approval_timeout: float | None = None,
+    ) -> ConsoleChatModel:
+        """``model`` (a chat model, or one with its tools bound) whose every ``ainvoke`` is a
+        turn of the thread's task (see the module's docstring). The thread is the graph's
+        (``configurable.thread_id``) unless ``thread_id`` names one; ``model_name`` goes in
+        each turn's params (by default the model's own name: keep it the same across
+        restarts, a turn proposed again with other params is a conflict)."""
+        return ConsoleChatModel(
+            self,
+            model,
+            run_key=run_key,
+            thread_id=thread_id,
+            model_name=model_name or _model_name(model),
+            estimate_tokens=estimate_tokens,
+            tool=tool,
+            poll_seconds=poll_seconds,
+            approval_timeout=approval_timeout,
+        )
 
     def tool_node(self, tools: Mapping[str, str], *, messages_key: str = "messages") -> ToolNode:
         """A node running the last AI message's tool calls through the console; ``tools`` maps
@@ -219,6 +275,182 @@ class ToolNode:
         return {self.messages_key: [answers[str(call["id"])] for call in calls]}
 
 
+def _model_name(model: Runnable[Any, Any]) -> str:
+    for attribute in ("model_name", "model"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value[:200]
+    return model.get_name()[:200]
+
+
+def _position(config: RunnableConfig) -> tuple[str, int] | None:
+    """Where in the graph a request is made, as LangGraph's metadata for the running node says:
+    the turn's name and number (the graph's step); None outside a node. The name is
+    ``<step>.<node>``, ``.<i>`` added for the i-th ``Send`` to the node in that step, and, in a
+    subgraph, ``<parent node>@<digest>/`` before it. The step, not a count kept in this process,
+    so that a thread resumed from a checkpoint (which does not run the nodes before it again)
+    names its next turn as the first run did, and one run again from its input too. A
+    subgraph's steps start again each time it runs, so its turns are told apart by the parent
+    task's id (in ``langgraph_checkpoint_ns``): the same when a checkpoint resumes the thread,
+    another when the thread runs again from its input, whose subgraph turns are asked again."""
+    metadata = config.get("metadata") or {}
+    step, node = metadata.get("langgraph_step"), metadata.get("langgraph_node")
+    if not isinstance(step, int) or not node:
+        return None
+    name = f"{step}.{str(node)[:80]}"
+    path: Sequence[Any] = metadata.get("langgraph_path") or ()
+    if len(path) > 1 and path[0] == PUSH and isinstance(path[1], int):
+        name += f".{path[1]}"
+    parents = str(metadata.get("langgraph_checkpoint_ns") or "").split(NS_SEP)[:-1]
+    if parents:
+        digest = hashlib.blake2s(NS_SEP.join(parents).encode(), digest_size=6).hexdigest()
+        names = "/".join(parent.split(NS_END)[0][:30] for parent in parents)
+        name = f"{names}@{digest}/{name}"
+    return name, max(step, 1)
+
+
+def _dumped(message: BaseMessage) -> Any:
+    """The message as LangChain's ``messages_to_dict`` gives it, in JSON for the console: a
+    value JSON has no form for (a provider's metadata may hold a datetime) is kept as text."""
+    return json.loads(json.dumps(messages_to_dict([message])[0], default=str))
+
+
+def _replayed(recorded: dict[str, Any]) -> BaseMessage:
+    (message,) = messages_from_dict([recorded["response"]])
+    return message
+
+
+class ConsoleChatModel(Runnable[LanguageModelInput, BaseMessage]):
+    """A chat model whose every ``ainvoke`` is a turn of its thread's durable run
+    (``ConsoleThreads.chat_model``). Asked from a graph's node, the turn is named after the
+    graph's step and the node (``_position``): one request per node and step under a run key
+    (a node asking more than once gives each request a model of its own ``run_key``: a second
+    request under the same name would get the first one's recorded response back).
+    Asked outside a graph, turns are counted from 1 for each thread, as the other adapters
+    count them."""
+
+    def __init__(
+        self,
+        threads: ConsoleThreads,
+        model: Runnable[Any, BaseMessage],
+        *,
+        run_key: str,
+        thread_id: str | None,
+        model_name: str,
+        estimate_tokens: int,
+        tool: str,
+        poll_seconds: float,
+        approval_timeout: float | None,
+    ) -> None:
+        self.threads = threads
+        self.model = model
+        self.thread_id = thread_id
+        self.model_name = model_name
+        self.run_key = run_key
+        self.tool = tool
+        self.estimate_tokens = estimate_tokens
+        self.poll_seconds = poll_seconds
+        self.approval_timeout = approval_timeout
+        self._turns: dict[str, Turns] = {}
+        # The (task, turn) pairs being asked now, to refuse a second request under one name.
+        self._asking: set[tuple[str, str]] = set()
+
+    def invoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        # The console's client here is an AsyncClient, bound to the graph's event loop.
+        raise NotImplementedError("a console turn is asynchronous: use ainvoke (graph.ainvoke)")
+
+    async def ainvoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        # The turn runs as a child run of the caller's (LangGraph's node), so the wrapped
+        # model's callbacks (LangGraph's "messages" stream, tracing) see it as usual.
+        turn = partial(self._turn, kwargs=kwargs)
+        message: BaseMessage = await self._acall_with_config(turn, input, config)
+        return message
+
+    async def _turns_for(self, config: RunnableConfig) -> Turns:
+        thread_id = self.thread_id or config.get("configurable", {}).get("thread_id")
+        if not thread_id:
+            raise ValueError("no thread: run the graph with a thread_id, or give chat_model one")
+        task_id = await self.threads.task(str(thread_id))
+        if task_id not in self._turns:
+            self._turns[task_id] = Turns(
+                self.threads.client,
+                task_id,
+                run_key=self.run_key,
+                tool=self.tool,
+                estimate_tokens=self.estimate_tokens,
+                poll_seconds=self.poll_seconds,
+                approval_timeout=self.approval_timeout,
+            )
+        return self._turns[task_id]
+
+    async def _turn(
+        self,
+        input: LanguageModelInput,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        kwargs: dict[str, Any],
+    ) -> BaseMessage:
+        turns = await self._turns_for(config)
+        turn, call = _position(config) or (None, None)
+        if turn is not None:
+            asking = (turns.task_id, turn)
+            if asking in self._asking:
+                # Two requests at once under one name (abatch, gather): the second would be
+                # handed the first one's answer, so it is refused instead.
+                raise ValueError(
+                    f"turn {turns.step(turn)} is already being asked: a node making several "
+                    "requests at once gives each a chat_model of its own run_key"
+                )
+            self._asking.add(asking)
+        try:
+            op = await turns.next(self.model_name, turn=turn, call=call)
+            return await self._answer(turns, op, input, config, kwargs)
+        finally:
+            if turn is not None:
+                self._asking.discard((turns.task_id, turn))
+
+    async def _answer(
+        self,
+        turns: Turns,
+        op: Operation,
+        input: LanguageModelInput,
+        config: RunnableConfig,
+        kwargs: dict[str, Any],
+    ) -> BaseMessage:
+        """The turn's recorded answer, or the model's, recorded."""
+        while True:
+            async with AsyncExitStack() as stack:
+                held = await turns.hold(op, stack)
+                if isinstance(held, dict):
+                    return _replayed(held)
+                message = await self.model.ainvoke(input, config, **kwargs)
+                try:
+                    await self._record(turns, held, message)
+                except StaleLease:
+                    # Taken over while the model answered: this answer is not the recorded
+                    # one, so the graph does not act on it; the turn is claimed or replayed.
+                    pass
+                else:
+                    return message
+            op = await self.threads.client.get_operation(op.id)
+
+    async def _record(self, turns: Turns, lease: AsyncLease, message: BaseMessage) -> None:
+        usage = message.usage_metadata if isinstance(message, AIMessage) else None
+        model = message.response_metadata.get("model_name") or self.model_name
+        await turns.record(
+            lease,
+            model=str(model),
+            input_tokens=usage["input_tokens"] if usage else 0,
+            output_tokens=usage["output_tokens"] if usage else 0,
+            response=_dumped(message),
+        )
+
+
 def _pending(op: Operation, task_id: str) -> dict[str, Any]:
     return {
         "operation": op.id,
@@ -229,4 +461,11 @@ def _pending(op: Operation, task_id: str) -> dict[str, Any]:
     }
 
 
-__all__: Sequence[str] = ["ConsoleThreads", "ToolNode", "thread_key"]
+__all__: Sequence[str] = [
+    "ConsoleChatModel",
+    "ConsoleThreads",
+    "ModelCallDenied",
+    "ModelCallEnded",
+    "ToolNode",
+    "thread_key",
+]

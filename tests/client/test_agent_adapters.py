@@ -4,7 +4,10 @@ OpenAI Agents: the function tool's wait); parameters the console refuses reach t
 failed tool result, never a traceback (each adapter); and an OpenAI Agents streamed run is a
 recorded turn that a restarted run replays without asking the model, as is a Pydantic AI one
 (``run_stream``, then ``iter``); a model turn a policy holds for approval waits for the decision
-(approved: asked, recorded, replayed; denied: ModelCallDenied with the reason).
+(approved: asked, recorded, replayed; denied: ModelCallDenied with the reason). A LangGraph
+model node's chat model (``ConsoleThreads.chat_model``) makes the same turns: tokens posted to
+the task's budget, a thread run again replays them, a budget too small refuses them, a gated
+one waits for the operator; Sends and subgraph runs are turns of their own.
 
 (Here, not beside the Pydantic AI example's tests: the browser those use keeps an event loop
 running in this thread, and these run their agents with ``asyncio.run``.)"""
@@ -12,12 +15,15 @@ running in this thread, and these run their agents with ``asyncio.run``.)"""
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import AsyncIterator
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from agent_console_client import AsyncClient
-from agent_console_client.examples.langgraph_refund import after_model, refund_model
+from agent_console_client.errors import BudgetExhausted
+from agent_console_client.examples.langgraph_refund import refund_chat, refund_graph
 from agent_console_client.examples.refund import issue_refund, refund_script
 from agent_console_client.langgraph import ConsoleThreads
 from agent_console_client.openai_agents import ConsoleModel, ModelCallDenied, console_tool
@@ -25,9 +31,11 @@ from agent_console_client.pydantic_ai import ConsoleModel as PydanticConsoleMode
 from agent_console_client.pydantic_ai import ConsoleToolset, run_with_console
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.testing.model import ScriptedModel, assistant_message, function_call
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Send
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -76,14 +84,21 @@ def refund(account: str, amount_cents: int) -> dict[str, Any]:
     raise AssertionError("runs in the console")
 
 
-def _graph(threads: ConsoleThreads, amount_cents: int) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", refund_model("cust-9", amount_cents, 0.0))
-    builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", after_model, ["tools", END])
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=InMemorySaver())
+def _graph(threads: ConsoleThreads, amount_cents: int, **turns: Any) -> Any:
+    """The example's refund graph, its model's answers turns of the thread (``turns``: the
+    chat model's settings), on checkpoints kept in memory (a new graph has none)."""
+    chat = threads.chat_model(refund_chat("cust-9", amount_cents, 0.0), **turns)
+    return refund_graph(threads, chat, InMemorySaver())
+
+
+def _counted(asked: list[int], amount_cents: int) -> Any:
+    """The example's scripted model, counting what it is really asked (the messages it reads)."""
+
+    def count(messages: list[BaseMessage]) -> list[BaseMessage]:
+        asked.append(len(messages))
+        return messages
+
+    return RunnableLambda(count) | refund_chat("cust-9", amount_cents, 0.0)
 
 
 def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) -> None:
@@ -106,7 +121,7 @@ def test_a_langgraph_thread_resumes_with_the_operators_denial(server: Server) ->
     last = values["messages"][-1].content
     assert "refund error" in last and REASON in last, last
     assert [[item["approval"] for item in pending] for pending in asked] == [[approval_id]]
-    (op,) = Operation.objects.filter(task__external_id="langgraph:t-1")
+    (op,) = Operation.objects.filter(task__external_id="langgraph:t-1").exclude(tool="model.call")
     assert op.tool == "demo.payments.charge" and op.status == "failed"
 
 
@@ -393,4 +408,249 @@ def test_a_model_turn_held_for_approval_waits_for_the_decision(server: Server) -
     assert yes.result is not None
     assert yes.result["response"]["output"][0]["content"][0]["text"] == "allowed"
     no = Operation.objects.get(task__external_id="gated-no", tool="acme.llm.gated")
+    assert no.status != "succeeded" and no.approvals.get().status == "denied"
+
+
+def test_a_langgraph_threads_model_answers_are_turns_a_rerun_replays(server: Server) -> None:
+    """The model node's chat model is a ``threads.chat_model``: each answer is a model.call
+    operation of the thread's task (step ``run:main:turn:<graph step>.<node>``), its usage
+    posted to the task's model_tokens budget. Run again from its input (its checkpoints lost:
+    a new graph, kept in memory), the thread replays both recorded answers without asking the
+    model: the first one's call id is kept, so the tool node finds the operation the operator
+    denied, and no approval is asked for again."""
+    agent, operator = factories.agent(), factories.console_user("operator")
+    asked: list[int] = []
+    approvals: list[list[Any]] = []
+
+    async def run(console: AsyncClient) -> tuple[Any, str]:
+        threads = ConsoleThreads(
+            console, name="refunds", budget={"model_tokens": 10_000}, wait_timeout=30
+        )
+        chat = threads.chat_model(_counted(asked, 25000), model_name="scripted")
+        graph = refund_graph(threads, chat, InMemorySaver())
+        values = await threads.run(
+            graph, {"messages": [HumanMessage("refund")]}, "t-turns", on_approval=approvals.append
+        )
+        return values, await threads.task("t-turns")
+
+    async def scenario() -> tuple[list[Any], float]:
+        async with AsyncClient(base_url=server.url, token=agent.token) as console:
+            denied = asyncio.create_task(
+                _deny_first_approval(server, operator.token, "langgraph:t-turns")
+            )
+            first, task_id = await run(console)
+            await denied
+            again, _ = await run(console)  # the restarted agent, without checkpoints
+            budget = await console.get_budget(task_id)
+            meter = budget.meters.get("model_tokens")
+            return [first, again], meter.posted if meter else 0.0
+
+    (first, again), posted = asyncio.run(scenario())
+    assert asked == [1, 3]  # the rerun asked nothing
+    assert len(approvals) == 1
+    said = [[m.content for m in values["messages"]] for values in (first, again)]
+    assert said[0] == said[1] and REASON in said[0][-1], said
+    calls = [values["messages"][1].tool_calls[0]["id"] for values in (first, again)]
+    assert calls[0] == calls[1]
+    turns = Operation.objects.filter(task__external_id="langgraph:t-turns", tool="model.call")
+    assert sorted((op.step, op.status, op.executor, op.attempts_used) for op in turns) == [
+        ("run:main:turn:1.model", "succeeded", "agent", 1),
+        ("run:main:turn:3.model", "succeeded", "agent", 1),
+    ]
+    # The scripted model's usage: 20 tokens per message read and 10 written, for 1 then 3.
+    assert posted == (20 * 1 + 10) + (20 * 3 + 10)
+    (charge,) = Operation.objects.filter(
+        task__external_id="langgraph:t-turns", tool="demo.payments.charge"
+    )
+    assert (charge.step, charge.status) == (f"call-{calls[0]}", "failed")
+
+
+def test_a_langgraph_turn_the_budget_cannot_cover_is_refused(server: Server) -> None:
+    """A turn proposed with an estimate above what the task's model_tokens budget has left is
+    refused before the model is asked: the run ends with BudgetExhausted, as the other
+    adapters' runs do. A smaller ``estimate_tokens`` fits the same budget."""
+    principal = factories.agent()
+    asked: list[int] = []
+
+    async def scenario() -> Any:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="refunds", budget={"model_tokens": 500})
+            start = {"messages": [HumanMessage("refund")]}
+            chat = threads.chat_model(_counted(asked, -5))  # estimates 1000 tokens a turn
+            with pytest.raises(BudgetExhausted):
+                await threads.run(refund_graph(threads, chat, InMemorySaver()), start, "t-poor")
+            assert asked == []
+            frugal = threads.chat_model(_counted(asked, -5), estimate_tokens=400)
+            return await threads.run(refund_graph(threads, frugal, InMemorySaver()), start, "t-ok")
+
+    values = asyncio.run(scenario())
+    assert values["messages"][-1].content.startswith("refund error: the console refused")
+    assert asked == [1, 3]
+    assert not Operation.objects.filter(task__external_id="langgraph:t-poor").exists()
+    assert (
+        Operation.objects.filter(task__external_id="langgraph:t-ok", tool="model.call").count() == 2
+    )
+
+
+class _Fan(TypedDict):
+    items: list[str]
+    answers: Annotated[list[str], operator.add]
+
+
+def _echo(asked: list[str]) -> Any:
+    """A scripted chat model answering what the last message said, counting what it is asked;
+    its metadata holds a datetime, as some providers' do (recorded as text)."""
+
+    def answer(messages: list[BaseMessage]) -> BaseMessage:
+        asked.append(str(messages[-1].content))
+        created = {"created_at": datetime(2026, 1, 2, tzinfo=UTC)}
+        return AIMessage(f"echo {messages[-1].content}", response_metadata=created)
+
+    return RunnableLambda(answer, name="echo")
+
+
+def _fan_graph(threads: ConsoleThreads, asked: list[str]) -> Any:
+    """Each item goes to the ``ask`` node by a ``Send`` (the same node, twice in one step), then
+    a subgraph asking the same model runs twice, from a private state of one message each time
+    (its own steps start again at 1)."""
+    chat = threads.chat_model(_echo(asked))
+
+    async def ask(item: dict[str, str]) -> dict[str, Any]:
+        answer = await chat.ainvoke([HumanMessage(item["item"])])
+        return {"answers": [answer.content]}
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await chat.ainvoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("agent", agent)
+    inner.add_edge(START, "agent")
+    sub = inner.compile()
+
+    async def delegate(state: _Fan) -> dict[str, Any]:
+        done = len(state["answers"])
+        values = await sub.ainvoke({"messages": [HumanMessage(f"task {done}")]})
+        return {"answers": [values["messages"][-1].content]}
+
+    def more(state: _Fan) -> str:
+        return "delegate" if len(state["answers"]) < 4 else END
+
+    builder = StateGraph(_Fan)
+    builder.add_node("ask", ask)
+    builder.add_node("delegate", delegate)
+    fan = [Send("ask", {"item": item}) for item in ("a", "b")]
+    builder.add_conditional_edges(START, lambda state: fan, ["ask"])
+    builder.add_edge("ask", "delegate")
+    builder.add_conditional_edges("delegate", more, ["delegate", END])
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_langgraph_turns_of_sends_and_subgraphs_are_told_apart(server: Server) -> None:
+    """Two ``Send``s to one node in one step, and a subgraph run twice whose inner step is the
+    same both times: each request is a turn of its own, answered for what it asked (a shared
+    name would hand the second request the first one's recorded answer). Run again from its
+    input, the thread replays the Sends' turns."""
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="fan")
+            start = {"items": ["a", "b"], "answers": []}
+            first = await threads.run(_fan_graph(threads, asked), start, "t-fan")
+            again = await threads.run(_fan_graph(threads, asked), start, "t-fan")
+            return [first, again]
+
+    first, again = asyncio.run(scenario())
+    assert first["answers"] == ["echo a", "echo b", "echo task 2", "echo task 3"]
+    assert again["answers"] == first["answers"]
+    assert asked.count("a") == asked.count("b") == 1  # replayed by the second run
+    steps = Operation.objects.filter(task__external_id="langgraph:t-fan", tool="model.call")
+    sends = sorted(step for step in steps.values_list("step", flat=True) if ".ask." in step)
+    assert sends == ["run:main:turn:1.ask.0", "run:main:turn:1.ask.1"]
+
+
+def test_a_langgraph_node_asking_twice_at_once_under_one_name_is_refused(server: Server) -> None:
+    """A node making two requests at once through one chat model (``abatch``) would name both
+    turns alike, and one would get the other's answer: the second is refused with ValueError,
+    the model asked once."""
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="twice")
+            chat = threads.chat_model(_echo(asked))
+
+            async def both(state: _Fan) -> dict[str, Any]:
+                prompts = [[HumanMessage(item)] for item in state["items"]]
+                results = await chat.abatch(prompts, return_exceptions=True)
+                return {"answers": [getattr(r, "content", repr(r)) for r in results]}
+
+            builder = StateGraph(_Fan)
+            builder.add_node("both", both)
+            builder.add_edge(START, "both")
+            graph = builder.compile(checkpointer=InMemorySaver())
+            values = await threads.run(graph, {"items": ["a", "b"], "answers": []}, "t-twice")
+            return list(values["answers"])
+
+    answers = asyncio.run(scenario())
+    assert len(asked) == 1
+    answered, refused = sorted(answers, key=lambda said: said.startswith("ValueError"))
+    assert answered == f"echo {asked[0]}", answers
+    assert refused.startswith("ValueError") and "already being asked" in refused, answers
+    (turn,) = Operation.objects.filter(task__external_id="langgraph:t-twice", tool="model.call")
+    assert (turn.step, turn.status) == ("run:main:turn:1.both", "succeeded")
+
+
+def test_a_langgraph_turn_held_for_approval_waits_for_the_decision(server: Server) -> None:
+    """A chat model whose turns a policy gates (``tool=`` an agent-run tool declared with
+    ``always``): the node waits for the operator; approved, the model is asked and answers;
+    denied, the run ends with ModelCallDenied naming the operator's reason, the model never
+    asked."""
+    admin, operator = factories.console_user("admin"), factories.console_user("operator")
+    tool_declare(
+        admin.actor,
+        {
+            "name": "acme.llm.gated",
+            "kind": "agent",
+            "contract": "pure",
+            "description": "A model call an operator must allow.",
+            "params_schema": {"type": "object"},
+            "approval": {"required": "always"},
+        },
+    )
+    principal = factories.agent()
+    asked: list[str] = []
+
+    async def run(threads: ConsoleThreads, thread_id: str, decision: str) -> Any:
+        chat = threads.chat_model(_echo(asked), tool="acme.llm.gated", approval_timeout=30)
+
+        async def model(state: MessagesState) -> dict[str, Any]:
+            return {"messages": [await chat.ainvoke(state["messages"])]}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", model)
+        builder.add_edge(START, "model")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        decided = _decide_first_approval(server, operator.token, f"langgraph:{thread_id}", decision)
+        start = {"messages": [HumanMessage(thread_id)]}
+        values, _ = await asyncio.gather(threads.run(graph, start, thread_id), decided)
+        return values["messages"][-1].content
+
+    async def scenario() -> tuple[str, str]:
+        async with AsyncClient(base_url=server.url, token=principal.token) as console:
+            threads = ConsoleThreads(console, name="gated model")
+            allowed = await run(threads, "gated-yes", "approve")
+            with pytest.raises(ModelCallDenied) as denial:
+                await run(threads, "gated-no", "deny")
+            return allowed, str(denial.value)
+
+    try:
+        allowed, denial = asyncio.run(scenario())
+    finally:
+        declarations_forget()
+    assert allowed == "echo gated-yes" and asked == ["gated-yes"]
+    assert REASON in denial and operator.actor.name in denial, denial
+    no = Operation.objects.get(task__external_id="langgraph:gated-no", tool="acme.llm.gated")
     assert no.status != "succeeded" and no.approvals.get().status == "denied"

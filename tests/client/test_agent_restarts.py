@@ -167,12 +167,12 @@ def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
     thread, amount = "refund-restarts", 25000
     args = [
         "--base-url", stack.url, "--token", agent.token, "--amount-cents", str(amount),
-        "--thread", thread, "--checkpoints", str(tmp_path / "checkpoints.sqlite"),
-        "--model-delay", "0.5", "--timeout", "60",
+        "--thread", thread, "--model-delay", "0.5", "--timeout", "60",
     ]  # fmt: skip
 
-    def start() -> AgentProcess:
-        runs.append(AgentProcess("langgraph_refund", args))
+    def start(checkpoints: str = "checkpoints.sqlite") -> AgentProcess:
+        where = ["--checkpoints", str(tmp_path / checkpoints)]
+        runs.append(AgentProcess("langgraph_refund", [*args, *where]))
         return runs[-1]
 
     seed = _killed_at_random(start())
@@ -202,8 +202,18 @@ def test_a_langgraph_agent_killed_anywhere_and_restarted_refunds_once(
     again = start()
     assert again.finish() == 0, again.text
     assert "refund success" in again.text and "model asked" not in again.text, again.text
+    # Its checkpoints lost, the thread runs again from its input: the console replays both of
+    # the model's recorded answers (the refund's call id kept), asking the model nothing.
+    lost = start("lost.sqlite")
+    assert lost.finish() == 0, lost.text
+    assert "refund success" in lost.text and "model asked" not in lost.text, lost.text
     _assert_one_charge(f"langgraph:{thread}", amount)
     assert Task.objects.filter(external_id=f"langgraph:{thread}").count() == 1
+    turns = Operation.objects.filter(task__external_id=f"langgraph:{thread}", tool="model.call")
+    assert sorted((op.step, op.status) for op in turns) == [
+        ("run:main:turn:1.model", "succeeded"),
+        ("run:main:turn:3.model", "succeeded"),
+    ]
 
 
 def test_an_openai_agents_agent_killed_anywhere_and_restarted_refunds_once(

@@ -3,15 +3,19 @@
     python -m agent_console_client.examples.langgraph_refund --base-url URL --token TOKEN \\
         --thread refund-1001 --checkpoints refunds.sqlite
 
-The graph is a model node and a console tool node. The model node stands in for a chat model
-(no hosted model is needed): it asks for the ``issue_refund`` tool once, with a fresh call id
-each time it is asked (as a model's are), and reports what came back. The tool runs in the
-console as the sandbox's ``demo.payments.charge``, which needs approval above 10000 cents: the
-tool node interrupts, and the run resumes when a person approves or denies it on /approvals/.
+The graph is a model node and a console tool node. The model node asks a scripted chat model
+(no hosted model is needed) through ``ConsoleThreads.chat_model``, so each answer is a turn of
+the thread's console task, its tokens posted to the task's budget: the model asks for the
+``issue_refund`` tool once, with a fresh call id each time it is really asked (as a model's
+are), and reports what came back. The tool runs in the console as the sandbox's
+``demo.payments.charge``, which needs approval above 10000 cents: the tool node interrupts, and
+the run resumes when a person approves or denies it on /approvals/.
 
 The thread's console task is got or created by the thread id, and its checkpoints are kept in
 the SQLite file: kill the agent at any point and run the same command again, and it goes on
-where it stopped and refunds once. Prints the outcome and exits 0 once decided; 1 on an error.
+where it stopped and refunds once. Lose the checkpoints (another file) and it still refunds
+once: the console replays each recorded model answer, call ids and all, without asking the
+model again. Prints the outcome and exits 0 once decided; 1 on an error.
 """
 
 from __future__ import annotations
@@ -21,39 +25,71 @@ import asyncio
 import json
 import sys
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.runnables import Runnable, RunnableLambda
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from agent_console_client import AsyncClient, ConsoleError
 from agent_console_client.langgraph import ConsoleThreads
 
 
-def refund_model(account: str, amount_cents: int, delay: float) -> Any:
-    """The model's side: ask for the refund, then say what the tool answered."""
+def refund_chat(
+    account: str, amount_cents: int, delay: float
+) -> Runnable[Sequence[BaseMessage], BaseMessage]:
+    """The scripted chat model: ask for the refund, then say what the tool answered; it reports
+    its usage as a hosted model does (``usage_metadata``)."""
 
-    async def model(state: MessagesState) -> dict[str, Any]:
-        print(f"model asked with {len(state['messages'])} messages", flush=True)
+    async def answer(messages: Sequence[BaseMessage]) -> BaseMessage:
+        print(f"model asked with {len(messages)} messages", flush=True)
         await asyncio.sleep(delay)  # a hosted model's answer takes time
-        last = state["messages"][-1]
+        usage = UsageMetadata(
+            input_tokens=20 * len(messages), output_tokens=10, total_tokens=20 * len(messages) + 10
+        )
+        last = messages[-1]
         if isinstance(last, ToolMessage):
             outcome = "error" if last.status == "error" else "success"
-            return {"messages": [AIMessage(f"refund {outcome}: {last.content}")]}
+            return AIMessage(f"refund {outcome}: {last.content}", usage_metadata=usage)
         call = {
             "name": "issue_refund",
             "args": {"account": account, "amount_cents": amount_cents},
             "id": f"call_{uuid.uuid4().hex}",
         }
-        return {"messages": [AIMessage("", tool_calls=[call])]}
+        return AIMessage("", tool_calls=[call], usage_metadata=usage)
 
-    return model
+    return RunnableLambda(answer, name="scripted-refund-model")
 
 
 def after_model(state: MessagesState) -> str:
     last = state["messages"][-1]
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+
+def refund_graph(
+    threads: ConsoleThreads,
+    model: Runnable[LanguageModelInput, BaseMessage],
+    checkpointer: BaseCheckpointSaver[Any],
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The model node asks ``model`` (a ``threads.chat_model``: each answer a console turn);
+    the tool node runs the refund in the console."""
+
+    async def ask(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", ask)
+    builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", after_model, ["tools", END])
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=checkpointer)
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -70,18 +106,13 @@ async def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    builder = StateGraph(MessagesState)
     async with (
         AsyncClient(base_url=args.base_url, token=args.token) as console,
         AsyncSqliteSaver.from_conn_string(args.checkpoints) as checkpoints,
     ):
         threads = ConsoleThreads(console, name="refund a customer", wait_timeout=args.timeout)
-        builder.add_node("model", refund_model(args.account, args.amount_cents, args.model_delay))
-        builder.add_node("tools", threads.tool_node({"issue_refund": "demo.payments.charge"}))
-        builder.add_edge(START, "model")
-        builder.add_conditional_edges("model", after_model, ["tools", END])
-        builder.add_edge("tools", "model")
-        graph = builder.compile(checkpointer=checkpoints)
+        chat = refund_chat(args.account, args.amount_cents, args.model_delay)
+        graph = refund_graph(threads, threads.chat_model(chat), checkpoints)
 
         def waiting(pending: list[Any]) -> None:
             for item in pending:
