@@ -14,12 +14,12 @@ from runtime.approvals import approval_decide, approval_edit
 from runtime.cancellation import task_cancel, task_fail
 from runtime.completion import task_complete
 from runtime.control import task_pause, task_resume
-from runtime.models import Approval, Operation
+from runtime.models import Approval, Operation, Task
 from runtime.resolutions import operation_resolve, resolutions_allowed
 from runtime.rules.statuses import ApprovalStatus, OperationStatus, TaskCondition
 from runtime.sandbox.models import Charge, Notification, Reservation
 from runtime.simulation.catalog import GATED_VARIANT, VARIANTS
-from runtime.simulation.facts import contract
+from runtime.simulation.facts import UNDONE_BY, contract
 from runtime.simulation.schedule import Step, Violation
 from runtime.simulation.sweeper import Sweeper
 from runtime.tools import adapters
@@ -75,17 +75,36 @@ class People(Sweeper):
         }
         busy = {h.lease.operation.task_id for h in self.held + self.stalled} | doubtful
         live = [t for t in self._live() if t in busy] or self._live()
+        how = ("cancel", "cancel", "fail", "pause", "complete")[step.b % 5]
         if step.a % 2 == 0:
             live = [t for t in live if t in acted] or live
+        else:
+            # A task that asked to be undone on this very ending, holding an effect its saga
+            # must undo: the saga's own path (its compensations then run like any work).
+            how = ("cancel", "fail")[step.b % 2]
+            live = self._undoable(how) or live
         task_id = self._pick(live, step.a)
         if task_id is None:
             return "nothing live"
-        how = ("cancel", "cancel", "fail", "pause", "complete")[step.b % 5]
         if how == "complete":
             return self._complete(task_id, "end_unresolved")
         return self._stop(how, step.b // 5, task_id) + self._lost(
             step, lambda: self._stop(how, step.b // 5, task_id)
         )
+
+    def _undoable(self, how: str) -> list[str]:
+        """Live tasks that asked to be compensated when ended as ``how`` and hold a succeeded
+        effect whose receiver's contract says what undoes it (facts.py, not the runtime)."""
+        ending = {"cancel": "cancelled", "fail": "failed"}[how]
+        tasks = {
+            t.pk
+            for t in Task.objects.filter(pk__in=self._live())
+            if ending in (t.compensate_on or [])
+        }
+        held = Operation.objects.filter(
+            task_id__in=tasks, status=S.SUCCEEDED, compensates__isnull=True
+        ).values_list("task_id", "tool")
+        return sorted({task for task, tool in held if tool in UNDONE_BY})
 
     def _complete(self, task_id: str, mode: str) -> str:
         task = task_complete(self.agent, task_id, if_unresolved=mode)

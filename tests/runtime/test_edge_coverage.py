@@ -314,6 +314,20 @@ def scenario_failed_with_a_call_in_flight() -> None:
     assert Task.objects.get(pk=task.pk).condition == "terminal"
 
 
+def scenario_pure_call_lost_after_the_stop() -> None:
+    """A pure call's worker goes silent after its task was cancelled: the takeover finds the
+    task stopping and the call pure (nothing to fear from it), so it is simply cancelled, from
+    running (the seeds reach it only on some schedules)."""
+    owner = factories.agent()
+    task = factories.task(owner)
+    op = factories.operation(owner, task, tool="demo.echo", params={"n": 3})
+    _claim(op)
+    task_cancel(owner.actor, task.pk, "withdrawn")
+    assert _fresh(op).status == "running"
+    lease_expire_sweep(now=timezone.now() + timedelta(hours=1))
+    assert _fresh(op).status == "cancelled"
+
+
 def scenario_unresolved_sent_again() -> None:
     """A charge whose one attempt's outcome was lost waits for a person, who has it sent again
     under the same key (the receiver dedupes): back to pending (the seeds reach it only on
@@ -350,6 +364,7 @@ SCENARIOS: tuple[Callable[[], None], ...] = (
     scenario_a_saga_with_a_person,
     scenario_past_the_deadline,
     scenario_failed_with_a_call_in_flight,
+    scenario_pure_call_lost_after_the_stop,
     scenario_unresolved_sent_again,
 )
 

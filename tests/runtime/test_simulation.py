@@ -67,7 +67,7 @@ PLANTS = [
     ("settle-keeps-hold", 12, 10),
     ("lookup-skipped", 14, 24),
     ("child-unbooked", 1, 137),
-    ("saga-skips", 14, 41),
+    ("saga-skips", 15, 65),
 ]
 
 
