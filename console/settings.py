@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so request latency covers the whole chain (console.metrics).
     "console.metrics.RequestMetricsMiddleware",
+    # The request id on every line of the request, and in its response (console.logformat).
+    "console.logformat.RequestIdMiddleware",
     "console.logformat.WorkContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

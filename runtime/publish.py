@@ -3,7 +3,9 @@ drainers' hand-on, due timers) never import the Celery tasks that run it (runtim
 on top of the runtime and imports the services; nothing below imports it back).
 
 The names are the contract with runtime.worker's ``@shared_task(name=...)``: a test checks
-that each name here is a registered task."""
+that each name here is a registered task. A message published while a request id is bound (the
+web request that caused the work, or the delivery that carries one: runtime.logcontext) has it
+in its headers, and the worker binds it for that delivery (runtime.worker)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from celery import current_app
 from celery.utils import uuid
 from django.conf import settings
 from kombu.serialization import dumps
+
+from runtime.logcontext import REQUEST_ID, request_id_current
 
 EXECUTE_OPERATION = "runtime.execute_operation"
 DRAIN_QUEUE = "runtime.drain_queue"
@@ -33,8 +37,14 @@ def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = N
     # message whenever kombu's per-connection cache of declarations missed. The embedded
     # broker's queues are rows, which the declaration creates.
     declare: list[Any] | None = None if settings.EMBEDDED_BROKER else []
+    request_id = request_id_current()
     current_app.send_task(
-        name, args=args, countdown=countdown or None, queue=queue, declare=declare
+        name,
+        args=args,
+        countdown=countdown or None,
+        queue=queue,
+        declare=declare,
+        headers={REQUEST_ID: request_id} if request_id else None,
     )
 
 
@@ -61,11 +71,13 @@ def message_now(name: str, *args: Any, queue: str | None = None) -> tuple[str, b
     headers, properties, embed, envelope = template
     task_id = uuid()
     body = json.dumps([list(args), {}, embed]).encode()
+    request_id = request_id_current()
+    ids = {REQUEST_ID: request_id} if request_id else {}
     message = {
         **envelope,
         "body": base64.b64encode(body).decode(),
         # argsrepr as Celery's saferepr writes it for ids and numbers (the test compares them).
-        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args), **ids},
         "properties": {**properties, "correlation_id": task_id, "delivery_tag": uuid()},
     }
     return queue, json.dumps(message).encode()

@@ -275,7 +275,7 @@ def accept_txn(
     task = task_row(row)
     if row_stopping(task):
         raise StoppedUnderLock
-    hint_after_commit(task, f"operation.{acceptance.edge}")
+    hint_after_commit(task, params["event_type"], op, actor, {"to": acceptance.target})
     publish_after_commit(row["outbox_id"], op, acceptance.next_attempt_at or now, now)
     return task
 

@@ -241,7 +241,7 @@ def claim_txn(
         raise StoppedUnderLock
     if task.paused:
         raise PausedUnderLock
-    hint_after_commit(task, "operation.claimed")
+    hint_after_commit(task, "operation.claimed", op, actor)
     return op
 
 

@@ -353,7 +353,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     task = task_row(row)
     op.state_version = 1
     op.created_at = op.updated_at = now
-    hint_after_commit(task, "operation.proposed")
+    hint_after_commit(task, "operation.proposed", op, actor)
     publish_after_commit(row["outbox_id"], op, now, now, drained=quick or single, single=single)
     return task
 
