@@ -116,7 +116,7 @@ def test_a_request_id_is_kept_when_safe_made_otherwise_and_returned():
     made = _served(logger, None)
     unsafe = _served(logger, "two words X-Injected: 1")
     too_long = _served(logger, "a" * 200)
-    logger.info("between requests")
+    logger.info("answered")
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert kept["X-Request-ID"] == "agent-run-42:step/7"
     for response in (made, unsafe, too_long):
@@ -125,8 +125,11 @@ def test_a_request_id_is_kept_when_safe_made_otherwise_and_returned():
     ids = [line.get("request_id") for line in lines]
     assert ids[:4] == [r["X-Request-ID"] for r in (kept, made, unsafe, too_long)]
     assert all(line["operation_id"] == "op_1" for line in lines[:4])
-    # Nothing of a request is bound once it is answered.
-    assert "request_id" not in lines[4] and "operation_id" not in lines[4]
+    # Once answered, the work's ids are unbound; its request id stays for the lines written
+    # about it after the middleware (Django's 4xx/5xx line, the server's access line), and
+    # the next request's replaces it (above: each line names its own request's).
+    assert "operation_id" not in lines[4]
+    assert lines[4]["request_id"] == too_long["X-Request-ID"]
 
 
 def test_a_transition_line_names_its_fields_over_what_is_bound_in_either_format():
@@ -198,6 +201,9 @@ def test_the_request_id_goes_with_the_work_to_the_workers_lines(workers, tmp_pat
     web = [r for r in _json_lines(server.log) if r.get("request_id") == request_id]
     assert [r["transition"] for r in web if r.get("transition")] == ["operation.proposed"]
     assert all(r.get("operation_id") in (None, op_id) for r in web), web
+    # The server's access line of that request names it too, and no other request's does.
+    access = [r for r in web if r["logger"] == "uvicorn.access"]
+    assert len(access) == 1 and "POST /api/v1/tasks/" in access[0]["event"], web
     done = about_it()
     assert {r.get("request_id") for r in done} == {request_id}, done
     ran = [r["transition"] for r in done if r.get("transition")]
