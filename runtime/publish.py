@@ -30,14 +30,21 @@ RETENTION = "runtime.retention"
 TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH, RETENTION)
 
 
-def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = None) -> None:
-    """Send one message for task ``name`` (None ``queue``: the default queue). Raises what the
-    broker raised: callers keep their database record, so a failed publish loses nothing."""
+def publish(
+    name: str,
+    *args: Any,
+    countdown: float = 0.0,
+    queue: str | None = None,
+    request_id: str | None = None,
+) -> None:
+    """Send one message for task ``name`` (None ``queue``: the default queue), carrying
+    ``request_id`` (by default the one bound now, if any). Raises what the broker raised:
+    callers keep their database record, so a failed publish loses nothing."""
     # A Redis queue is a list that the push creates: declaring it first cost a round trip per
     # message whenever kombu's per-connection cache of declarations missed. The embedded
     # broker's queues are rows, which the declaration creates.
     declare: list[Any] | None = None if settings.EMBEDDED_BROKER else []
-    request_id = request_id_current()
+    request_id = request_id or request_id_current()
     current_app.send_task(
         name,
         args=args,

@@ -37,10 +37,10 @@ S = OperationStatus
 
 # Upper bounds (seconds): machine latencies (a claim within milliseconds, a call within
 # minutes) and a person's (minutes to days).
-MACHINE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-MACHINE_BUCKETS += (60.0, 300.0, 900.0, 3600.0)
-PERSON_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0)
-PERSON_BUCKETS += (24 * 3600.0, 72 * 3600.0, 7 * 24 * 3600.0)
+MACHINE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+MACHINE_BUCKETS += (10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+PERSON_BUCKETS: tuple[float, ...] = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
+PERSON_BUCKETS += (4 * 3600.0, 12 * 3600.0, 24 * 3600.0, 72 * 3600.0, 7 * 24 * 3600.0)
 
 ACCEPTED = tuple(f"operation.{edge}" for edge in ("succeeded", "failed", "retry_scheduled"))
 ACCEPTED += ("operation.outcome_unknown",)

@@ -20,7 +20,7 @@ from runtime.drainers import queue_of
 from runtime.errors import StaleLease
 from runtime.logcontext import transition_fields
 from runtime.models import Operation
-from runtime.outbox import outbox_publish
+from runtime.outbox import outbox_payload, outbox_publish
 from runtime.rules.general_writer import ACCEPT_BATCH, general_writer_needed
 from runtime.rules.statuses import OperationStatus
 from runtime.rules.stop import stopping
@@ -230,6 +230,7 @@ def _journal_params(
         "announce_ats": [
             (a.next_attempt_at or now) if a.target == S.RETRY_SCHEDULED else None for _, a in batch
         ],
+        "outbox_payload": Jsonb(outbox_payload()),
         "now": now,
         "actor": actor,
     }
