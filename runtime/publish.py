@@ -28,6 +28,9 @@ NOTIFY_DISPATCH = "runtime.notify_dispatch"
 RETENTION = "runtime.retention"
 
 TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH, RETENTION)
+# The messages about the work a request caused carry its id; a drainer's turn is about a
+# queue (the calls of many requests), and retention about none.
+_CARRY_REQUEST_ID = frozenset({EXECUTE_OPERATION, WAKE_WAIT, NOTIFY_DISPATCH})
 
 
 def publish(
@@ -37,21 +40,22 @@ def publish(
     queue: str | None = None,
     request_id: str | None = None,
 ) -> None:
-    """Send one message for task ``name`` (None ``queue``: the default queue), carrying
-    ``request_id`` (by default the one bound now, if any). Raises what the broker raised:
-    callers keep their database record, so a failed publish loses nothing."""
+    """Send one message for task ``name`` (None ``queue``: the default queue); a message about
+    one piece of work carries ``request_id`` (by default the one bound now, if any). Raises
+    what the broker raised: callers keep their database record, so a failed publish loses
+    nothing."""
     # A Redis queue is a list that the push creates: declaring it first cost a round trip per
     # message whenever kombu's per-connection cache of declarations missed. The embedded
     # broker's queues are rows, which the declaration creates.
     declare: list[Any] | None = None if settings.EMBEDDED_BROKER else []
-    request_id = request_id or request_id_current()
+    carried = (request_id or request_id_current()) if name in _CARRY_REQUEST_ID else None
     current_app.send_task(
         name,
         args=args,
         countdown=countdown or None,
         queue=queue,
         declare=declare,
-        headers={REQUEST_ID: request_id} if request_id else None,
+        headers={REQUEST_ID: carried} if carried else None,
     )
 
 

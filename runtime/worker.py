@@ -115,6 +115,7 @@ def drain_queue(queue: str) -> int:
 def _drain_delivered_queue(request: Any, *, patient: bool) -> None:
     """After a delivery, a backlog on its queue is drained (runtime.executor.queue_drain)."""
     queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
+    request_unbind()  # the backlog's calls are other requests' work
     try:
         queue_drain(queue, patient=patient)
     except Exception:

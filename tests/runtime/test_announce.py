@@ -22,7 +22,7 @@ from runtime import publish as publish_module
 from runtime.admission import tool_class_of
 from runtime.drainers import Registration, queue_of
 from runtime.models import OutboxMessage
-from runtime.publish import EXECUTE_OPERATION, message_now, publish
+from runtime.publish import DRAIN_QUEUE, EXECUTE_OPERATION, message_now, publish
 from runtime.specs import OperationSpec
 from runtime.transitions.propose import operation_propose
 from tests import factories
@@ -216,6 +216,11 @@ def test_a_bound_request_id_rides_in_the_headers_of_both_forms_of_the_message(br
     # Nothing bound, nothing carried.
     unbound = message_now(EXECUTE_OPERATION, "op_pinned", 7)
     assert unbound is not None and "request_id" not in json.loads(unbound[1])["headers"]
+    # A drainer's turn is about a queue, the calls of many requests: it carries none.
+    with bound_contextvars(request_id="req-announce-1"):
+        publish(DRAIN_QUEUE, QUEUE)
+    drain = json.loads(broker.rpop(QUEUE))
+    assert drain["headers"]["task"] == DRAIN_QUEUE and "request_id" not in drain["headers"]
 
 
 @pytest.mark.postgres
