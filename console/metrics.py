@@ -5,25 +5,36 @@ Two sources, one page:
 - the database, read when the scraper asks (``DatabaseCollector``, over
   ``runtime.selectors.metrics``): operations by status and tool, tasks, the due outbox (queue
   depth), pending approvals and their ages, live workers, and what workers and the sweeper did
-  (lease takeovers, refused reports, rejected observations, budget refusals at dispatch). The
-  database is the one record every process writes, on every machine, so a worker needs no
-  endpoint of its own and the hot path counts nothing;
-- this web process (``RequestMetricsMiddleware``): request latency by route, method and status,
-  and the refusals it answered by error code (budget refusals at admission among them, which
-  roll back and leave no row). With several web processes (``WEB_CONCURRENCY``) these are
-  aggregated through prometheus_client's multiprocess mode: ``console.server`` gives its
-  processes a shared ``PROMETHEUS_MULTIPROC_DIR``.
+  (lease takeovers, refused reports, rejected observations, budget refusals at dispatch), and
+  the latency histograms (schedule to start, run time by tool, time to a person's decision:
+  ``runtime.selectors.latencies``), from the journal's events that start and end each interval.
+  The database is the one record every process writes, on every machine, so a worker needs no
+  endpoint of its own, the hot path counts and times nothing, and every web process reports
+  the same histograms (a histogram kept in each worker's memory would need every worker
+  scraped, or prometheus_client's multiprocess files shared across machines);
+- this web process (``RequestMetricsMiddleware``): request latency by route, method and HTTP
+  status code, and the refusals it answered by error code (budget refusals at admission among
+  them, which roll back and leave no row). With several web processes (``WEB_CONCURRENCY``)
+  these are aggregated through prometheus_client's multiprocess mode: ``console.server`` gives
+  its processes a shared ``PROMETHEUS_MULTIPROC_DIR``;
+- the build (``agent_console_build_info``): the package's version and git commit.
+
+Labels mean one thing on every metric: ``status`` an operation's status, ``code`` an HTTP
+status code, ``error`` a contract error code, ``tool`` a tool's name.
 
 Who may read it is ``runtime.policy_features.can_read_metrics``: the scraper presenting
 ``METRICS_TOKEN`` as its bearer token, or an admin (docs/security.md)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import importlib.metadata
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -44,6 +55,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     Metric,
 )
 from rest_framework import exceptions
@@ -55,6 +67,7 @@ from runtime.actors import Actor, actor_for_user
 from runtime.errors import DomainError, NotAuthenticated
 from runtime.executions import executions_live
 from runtime.policy_features import METRICS_SCRAPER, can_read_metrics
+from runtime.selectors import latencies
 from runtime.selectors import metrics as sel
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -62,15 +75,18 @@ Handler = Callable[[HttpRequest], HttpResponse]
 PREFIX = "agent_console"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
+# Labels mean one thing on every metric: ``status`` an operation's status, ``code`` an HTTP
+# status code, ``error`` a contract error code (docs/operations.md, Metrics).
 REQUEST_SECONDS = Histogram(
     f"{PREFIX}_http_request_duration_seconds",
-    "Time to answer an HTTP request (to the response's head for a stream), by route name.",
-    ["route", "method", "status"],
+    "Time to answer an HTTP request (to the response's head for a stream), by route name, "
+    "method and HTTP status code.",
+    ["route", "method", "code"],
 )
 REFUSALS = Counter(
     f"{PREFIX}_api_refusals",
-    "Requests refused with a contract error code (4xx and 5xx answers), by code.",
-    ["code"],
+    "Requests refused with a contract error code (4xx and 5xx answers), by error code.",
+    ["error"],
 )
 BUDGET_REFUSALS = Counter(
     f"{PREFIX}_budget_refusals",
@@ -98,7 +114,8 @@ def _refusal_code(response: HttpResponse) -> str | None:
 
 class RequestMetricsMiddleware:
     """First in the chain: every request's latency by route name (the URL conf's, bounded),
-    method and status; a refusal's error code. A few microseconds per request, no I/O."""
+    method and HTTP status code; a refusal's error code. A few microseconds per request, no
+    I/O."""
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
@@ -127,6 +144,9 @@ class DatabaseCollector:
         self.journal = sel.journal_tally()
         self.rejections = sel.rejections_tally()
         self.budget_stops = sel.budget_stops_tally()
+        self.schedule_to_start = latencies.schedule_to_start()
+        self.run_time = latencies.run_time()
+        self.decision_time = latencies.decision_time()
 
     def describe(self) -> Iterable[Metric]:
         return []  # no read at registration
@@ -187,6 +207,7 @@ class DatabaseCollector:
         )
         yield from self._approvals(now)
         yield from self._journal(now)
+        yield from self._latencies(now)
 
     def _approvals(self, now: Any) -> Iterator[Metric]:
         pending = sel.approvals_pending(now)
@@ -233,9 +254,107 @@ class DatabaseCollector:
             value=sum(self.budget_stops.totals(now).values()),
         )
 
+    def _latencies(self, now: Any) -> Iterator[Metric]:
+        yield _histogram(
+            f"{PREFIX}_operation_schedule_to_start_seconds",
+            "Time from an operation's becoming due (proposed, approved, taken over, its retry's "
+            "time) to its claim by a worker.",
+            self.schedule_to_start.totals(now),
+        )
+        yield _histogram(
+            f"{PREFIX}_operation_run_seconds",
+            "Time from a claim to the acceptance of its report (succeeded, failed, retry "
+            "scheduled, outcome unknown), by tool.",
+            self.run_time.totals(now),
+            "tool",
+        )
+        yield _histogram(
+            f"{PREFIX}_approval_decision_seconds",
+            "Time from an approval's request to a person's decision, by decision "
+            "(approved, denied).",
+            self.decision_time.totals(now),
+            "decision",
+        )
+
+
+def _histogram(
+    name: str, doc: str, series: dict[str, latencies.Buckets], label: str | None = None
+) -> Metric:
+    """A histogram family from the journal's buckets, one series per label value (one series,
+    unlabelled, when ``label`` is None)."""
+    family = HistogramMetricFamily(name, doc, labels=[label] if label else [])
+    for value, buckets in series.items():
+        bounds = [*(repr(b) for b in buckets.bounds), "+Inf"]
+        family.add_metric(
+            [value] if label else [],
+            buckets=list(zip(bounds, buckets.cumulative(), strict=True)),
+            sum_value=buckets.total,
+        )
+    return family
+
+
+def build_info() -> Metric:
+    """``agent_console_build_info{version,commit} 1``: the package's version and the commit it
+    was built from (``GIT_COMMIT``, else read from the checkout's ``.git``; "unknown")."""
+    family = GaugeMetricFamily(
+        f"{PREFIX}_build_info",
+        "The running code: the package's version and the git commit it was built from.",
+        labels=["version", "commit"],
+    )
+    family.add_metric([_version(), _commit()], 1)
+    return family
+
+
+@functools.cache
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agent-console")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def _commit() -> str:
+    return str(settings.GIT_COMMIT or "") or git_commit(Path(settings.BASE_DIR)) or "unknown"
+
+
+def git_commit(root: Path) -> str:
+    """The commit checked out at ``root``, read from its git files (a worktree's ``.git`` file
+    and packed refs included), or "" when there is none to read (an image without ``.git``)."""
+    git = root / ".git"
+    try:
+        if git.is_file():  # a worktree's: "gitdir: <its directory>"
+            git = Path(git.read_text().partition(":")[2].strip())
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head  # detached
+        ref = head.removeprefix("ref: ")
+        common = git / "commondir"
+        bases = [git, (git / common.read_text().strip()).resolve()] if common.is_file() else [git]
+        for base in bases:
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip()
+            packed = base / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(f" {ref}"):
+                        return line.split(" ", 1)[0]
+    except OSError:
+        pass
+    return ""
+
+
+class BuildInfoCollector:
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield build_info()
+
 
 _DATABASE = CollectorRegistry(auto_describe=False)
 _DATABASE.register(DatabaseCollector())
+_DATABASE.register(BuildInfoCollector())
 
 
 def _process_registry() -> CollectorRegistry:

@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so request latency covers the whole chain (console.metrics).
     "console.metrics.RequestMetricsMiddleware",
+    # The request id on every line of the request, and in its response (console.logformat).
+    "console.logformat.RequestIdMiddleware",
     "console.logformat.WorkContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -428,6 +430,9 @@ CHECK_TIMEOUT_SECONDS = float(os.environ.get("CHECK_TIMEOUT_SECONDS") or 10.0)
 CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.
 CODE_VERSION = os.environ.get("CODE_VERSION", "agent-console 0.1.0")
+# The commit the code was built from, for /metrics' build info (console.metrics); when unset,
+# read from the checkout's .git if there is one.
+GIT_COMMIT = os.environ.get("GIT_COMMIT", "")
 
 # Notifications (docs/notifications.md). Email through Django's email framework: SMTP when
 # EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,

@@ -123,7 +123,7 @@ def approval_expire_sweep(now: datetime | None = None, batch: int = 200) -> int:
                         type="approval.closed",
                         state_version=op.state_version,
                         now=at,
-                        operation_id=op.pk,
+                        op=op,
                         actor=SWEEPER,
                         data={"approval": approval.pk, "reason": reason},
                     )

@@ -64,7 +64,7 @@ def approval_request_txn(
         type="approval.requested",
         state_version=op.state_version,
         now=now,
-        operation_id=op.pk,
+        op=op,
         actor=actor.label,
         data={
             "approval": approval.pk,
@@ -212,7 +212,7 @@ def _integrity_refused(
             type="approval.integrity_failed",
             state_version=op.state_version,
             now=now,
-            operation_id=op.pk,
+            op=op,
             actor=actor,
             data=data,
         )

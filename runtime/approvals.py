@@ -204,7 +204,7 @@ def _deny_txn(
         type="approval.denied",
         state_version=op.state_version,
         now=now,
-        operation_id=op.pk,
+        op=op,
         actor=actor.label,
         data=data,
     )
@@ -355,7 +355,7 @@ def _successor_txn(
         type="approval.edited",
         state_version=op.state_version,
         now=now,
-        operation_id=op.pk,
+        op=op,
         actor=actor.label,
         data={
             "approval": new.pk,

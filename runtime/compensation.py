@@ -158,7 +158,7 @@ def _undo_left_to_people_txn(
             type=UNDO_LEFT_TO_PERSON_EVENT,
             state_version=op.state_version,
             now=now,
-            operation_id=op.pk,
+            op=op,
             actor=SAGA,
             data={
                 "compensation_tool": adapter.compensation_tool,

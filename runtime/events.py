@@ -20,7 +20,8 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection, transaction
 
 from runtime.db import db_datetime, fetchone_named
-from runtime.models import Event
+from runtime.logcontext import transition_fields, transition_log
+from runtime.models import Event, Operation
 from runtime.rules.statuses import CONDITION_DEFAULT, CONDITION_RULES, OperationStatus
 from runtime.rules.statuses import TaskCondition as C
 from runtime.sqlfiles import Slot, column_list, queries
@@ -131,12 +132,17 @@ def event_append_txn(
     now: datetime,
     deltas: tuple[int, int, int] = (0, 0, 0),
     operation_id: str | None = None,
+    op: Operation | None = None,
     actor: str,
     data: dict[str, Any] | None = None,
 ) -> tuple[Event, TaskRow]:
     """Append one event to the task's journal inside the caller's transaction; the hint to live
-    readers goes out only after commit. ``state_version`` is the version of the entity the event
-    is about; None for an event about the task that changes no version (it records the task's)."""
+    readers and the event's log line go out only after commit. ``state_version`` is the version
+    of the entity the event is about; None for an event about the task that changes no version
+    (it records the task's). ``op``: the operation the event is about, as it left it (its id is
+    ``operation_id``; its attempt, execution and lease generation are named in the log line)."""
+    if op is not None:
+        operation_id = op.pk
     task = task_touch_txn(task_id, deltas, now)
     payload = dict(data or {})
     payload.setdefault("task_condition", task.condition)
@@ -151,8 +157,18 @@ def event_append_txn(
         actor=actor,
         data=payload,
     )
-    transaction.on_commit(lambda: event_hint(task_id, task.event_seq, type))
+    logged = transition_fields(
+        type, task_id=task_id, actor=actor, op=op, operation_id=operation_id, data=payload
+    )
+    transaction.on_commit(lambda: event_committed(task_id, task.event_seq, type, logged))
     return event, task
+
+
+def event_committed(task_id: str, seq: int, type: str, logged: dict[str, Any]) -> None:
+    """After the commit of an event: its log line (runtime.logcontext), and the live readers'
+    hint."""
+    transition_log(logged)
+    event_hint(task_id, seq, type)
 
 
 def event_hint(task_id: str, seq: int, type: str) -> None:

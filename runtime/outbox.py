@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from runtime.admission import tool_class_of
 from runtime.drainers import queues_waiting
+from runtime.logcontext import REQUEST_ID, request_id_current
 from runtime.models import Operation, OutboxMessage
 from runtime.publish import EXECUTE_OPERATION, publish
 
@@ -27,6 +28,14 @@ TOPIC_EXECUTE = "operation.execute"
 _COUNTDOWN_LIMIT = 60.0
 
 
+def outbox_payload() -> dict[str, str]:
+    """What an outbox row written now carries beside its operation: the id of the request that
+    caused the work, when one is bound (runtime.logcontext), so that a message the sweeper
+    publishes again carries it as the first did."""
+    request_id = request_id_current()
+    return {REQUEST_ID: request_id} if request_id else {}
+
+
 def outbox_enqueue_txn(
     *, topic: str, operation_id: str, now: datetime, available_at: datetime | None = None
 ) -> OutboxMessage:
@@ -34,6 +43,7 @@ def outbox_enqueue_txn(
     message = OutboxMessage.objects.create(
         topic=topic,
         operation_id=operation_id,
+        payload=outbox_payload(),
         created_at=now,
         available_at=available_at or now,
     )
@@ -80,6 +90,7 @@ def outbox_publish(messages: list[OutboxMessage], queues: dict[str, str] | None 
                 message.pk,
                 countdown=max(0.0, delay),
                 queue=queue,
+                request_id=(message.payload or {}).get(REQUEST_ID),
             )
             sent += 1
         except Exception:

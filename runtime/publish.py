@@ -3,7 +3,9 @@ drainers' hand-on, due timers) never import the Celery tasks that run it (runtim
 on top of the runtime and imports the services; nothing below imports it back).
 
 The names are the contract with runtime.worker's ``@shared_task(name=...)``: a test checks
-that each name here is a registered task."""
+that each name here is a registered task. A message published while a request id is bound (the
+web request that caused the work, or the delivery that carries one: runtime.logcontext) has it
+in its headers, and the worker binds it for that delivery (runtime.worker)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from celery.utils import uuid
 from django.conf import settings
 from kombu.serialization import dumps
 
+from runtime.logcontext import REQUEST_ID, request_id_current
+
 EXECUTE_OPERATION = "runtime.execute_operation"
 DRAIN_QUEUE = "runtime.drain_queue"
 WAKE_WAIT = "runtime.wake_wait"
@@ -24,17 +28,34 @@ NOTIFY_DISPATCH = "runtime.notify_dispatch"
 RETENTION = "runtime.retention"
 
 TASK_NAMES = (EXECUTE_OPERATION, DRAIN_QUEUE, WAKE_WAIT, NOTIFY_DISPATCH, RETENTION)
+# The messages about the work a request caused carry its id; a drainer's turn is about a
+# queue (the calls of many requests), and retention about none.
+_CARRY_REQUEST_ID = frozenset({EXECUTE_OPERATION, WAKE_WAIT, NOTIFY_DISPATCH})
 
 
-def publish(name: str, *args: Any, countdown: float = 0.0, queue: str | None = None) -> None:
-    """Send one message for task ``name`` (None ``queue``: the default queue). Raises what the
-    broker raised: callers keep their database record, so a failed publish loses nothing."""
+def publish(
+    name: str,
+    *args: Any,
+    countdown: float = 0.0,
+    queue: str | None = None,
+    request_id: str | None = None,
+) -> None:
+    """Send one message for task ``name`` (None ``queue``: the default queue); a message about
+    one piece of work carries ``request_id`` (by default the one bound now, if any). Raises
+    what the broker raised: callers keep their database record, so a failed publish loses
+    nothing."""
     # A Redis queue is a list that the push creates: declaring it first cost a round trip per
     # message whenever kombu's per-connection cache of declarations missed. The embedded
     # broker's queues are rows, which the declaration creates.
     declare: list[Any] | None = None if settings.EMBEDDED_BROKER else []
+    carried = (request_id or request_id_current()) if name in _CARRY_REQUEST_ID else None
     current_app.send_task(
-        name, args=args, countdown=countdown or None, queue=queue, declare=declare
+        name,
+        args=args,
+        countdown=countdown or None,
+        queue=queue,
+        declare=declare,
+        headers={REQUEST_ID: carried} if carried else None,
     )
 
 
@@ -61,11 +82,13 @@ def message_now(name: str, *args: Any, queue: str | None = None) -> tuple[str, b
     headers, properties, embed, envelope = template
     task_id = uuid()
     body = json.dumps([list(args), {}, embed]).encode()
+    request_id = request_id_current()
+    ids = {REQUEST_ID: request_id} if request_id else {}
     message = {
         **envelope,
         "body": base64.b64encode(body).decode(),
         # argsrepr as Celery's saferepr writes it for ids and numbers (the test compares them).
-        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)},
+        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args), **ids},
         "properties": {**properties, "correlation_id": task_id, "delivery_tag": uuid()},
     }
     return queue, json.dumps(message).encode()

@@ -43,6 +43,7 @@ drainers' lists, would be a second way to announce, claim and dedupe work.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -85,7 +86,9 @@ class Slot:
         cannot take it (stopped meanwhile, or broken): the place is given back, and the caller
         makes the call itself."""
         try:
-            self.pool.executor.submit(self._body, fn, args)
+            # In a copy of the caller's context: the call's lines carry the ids the delivery
+            # bound (its request id among them: runtime.logcontext).
+            self.pool.executor.submit(contextvars.copy_context().run, self._body, fn, args)
         except RuntimeError:
             log.warning("the slots took no call", exc_info=True)
             self.pool.release(self)

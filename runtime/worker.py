@@ -22,6 +22,7 @@ from django.db import close_old_connections, connections
 
 from runtime.executions import execution_current, execution_current_stop, heartbeat_thread_start
 from runtime.executor import operation_deliver, queue_drain
+from runtime.logcontext import REQUEST_ID, request_bind, request_unbind
 from runtime.notifications.dispatch import notify_dispatch as _notify_dispatch
 from runtime.retention import retention_run
 from runtime.slots import slots_start, slots_stop
@@ -64,10 +65,22 @@ def _connections_checked(**_: Any) -> None:
                 conn.health_check_done = True  # type: ignore[attr-defined]  # (not in the stubs)
 
 
+@task_prerun.connect
+def _request_bound(task: Any = None, **_: Any) -> None:
+    # The web request that caused this message (runtime.publish put its id in the headers):
+    # every line of this delivery carries its id, and what the delivery publishes passes it on.
+    request_id = getattr(task.request, REQUEST_ID, None) if task is not None else None
+    if request_id:
+        request_bind(str(request_id))
+    else:
+        request_unbind()
+
+
 @task_postrun.connect
 def _task_ended(**_: Any) -> None:
     global _last_task_end
     _last_task_end = time.monotonic()
+    request_unbind()
 
 
 @worker_process_shutdown.connect
@@ -102,6 +115,7 @@ def drain_queue(queue: str) -> int:
 def _drain_delivered_queue(request: Any, *, patient: bool) -> None:
     """After a delivery, a backlog on its queue is drained (runtime.executor.queue_drain)."""
     queue = (request.delivery_info or {}).get("routing_key") or settings.CELERY_QUEUE
+    request_unbind()  # the backlog's calls are other requests' work
     try:
         queue_drain(queue, patient=patient)
     except Exception:

@@ -22,6 +22,7 @@ from django.db import connection
 from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 from django.test import override_settings
+from structlog.contextvars import clear_contextvars
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +79,14 @@ def _quick_password_hashes() -> Iterator[None]:
         PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
     ):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _nothing_bound_for_logs() -> None:
+    """A request's id stays bound in the context that served it (console.logformat: the
+    server's lines about it come after the middleware), and the test client serves in the
+    test's own: nothing bound by one test's requests names the next test's lines."""
+    clear_contextvars()
 
 
 @pytest.fixture(autouse=True)

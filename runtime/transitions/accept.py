@@ -1,9 +1,8 @@
 """The acceptance of a report (``operation_report``; an agent's ``agent_report``): result, status,
 invocation receipt, journal event and the next outbox row commit together, fenced on lease
 generation, token and state version, or not at all. The general writer (``_apply_report_txn``)
-goes through the guarded status writer with every side effect (the budget ledger, saga steps, a
-stopping task's rest); the one-statement form (``accept_txn``, ``accept_one`` in
-``runtime/sql/accept.sql``) covers what ``runtime.rules.general_writer`` leaves it."""
+takes the guarded status writer with every side effect (ledger, saga steps, a stopping task's
+rest); ``accept_txn`` (``accept_one``) covers what ``runtime.rules.general_writer`` leaves it."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from runtime.db import contention_retry, fetchone_named, prepared_cursor
 from runtime.errors import StaleLease
 from runtime.events import TaskRow, task_row
 from runtime.models import Invocation, Operation, Task
-from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_payload
 from runtime.reactor import operation_settled_txn
 from runtime.rules.general_writer import ACCEPT, general_writer_needed
 from runtime.rules.statuses import OperationStatus
@@ -257,6 +256,7 @@ def accept_txn(
         "receipt": None if acceptance.receipt is None else Jsonb(acceptance.receipt),
         "handle": acceptance.provider_handle[:300],
         "announce": announce,
+        "outbox_payload": Jsonb(outbox_payload()),
         "now": now,
         "event_type": f"operation.{acceptance.edge}",
         "actor": actor,
@@ -274,7 +274,7 @@ def accept_txn(
     task = task_row(row)
     if task_stopping(task):
         raise StoppedUnderLock
-    hint_after_commit(task, f"operation.{acceptance.edge}")
+    hint_after_commit(task, f"operation.{acceptance.edge}", op, actor, {"to": acceptance.target})
     publish_after_commit(row["outbox_id"], op, acceptance.next_attempt_at or now, now)
     return task
 

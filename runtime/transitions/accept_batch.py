@@ -18,8 +18,9 @@ from runtime.crashpoints import crash_point
 from runtime.db import contention_retry, fetchall_named, prepared_cursor
 from runtime.drainers import queue_of
 from runtime.errors import StaleLease
+from runtime.logcontext import transition_fields
 from runtime.models import Operation
-from runtime.outbox import outbox_publish
+from runtime.outbox import outbox_payload, outbox_publish
 from runtime.rules.general_writer import ACCEPT_BATCH, general_writer_needed
 from runtime.rules.statuses import OperationStatus
 from runtime.rules.stop import stopping
@@ -27,7 +28,13 @@ from runtime.sqlfiles import queries
 from runtime.tools import adapters
 from runtime.transitions.accept import operation_report
 from runtime.transitions.accept_decision import Acceptance, Report, accept_facts, report_decision
-from runtime.transitions.fast import SLOTS, BatchStopped, announcement, hint_seq_after_commit
+from runtime.transitions.fast import (
+    SLOTS,
+    BatchStopped,
+    announcement,
+    hint_seq_after_commit,
+    log_after_commit,
+)
 from runtime.transitions.lease import lease_token_digest
 from runtime.transitions.status import status_deltas
 
@@ -165,6 +172,18 @@ def accept_batch_txn(
         cur.execute(_SQL["accept_batch_journal"], _journal_params(batch, actor, now))
         out = fetchall_named(cur)
     _after_commit(batch, out, now)
+    log_after_commit(
+        [
+            transition_fields(
+                f"operation.{a.edge}",
+                task_id=op.task_id,
+                actor=actor,
+                op=op,
+                data={"from": S.RUNNING, "to": a.target},
+            )
+            for op, a in batch
+        ]
+    )
     return [op.pk for op, _ in batch]
 
 
@@ -211,6 +230,7 @@ def _journal_params(
         "announce_ats": [
             (a.next_attempt_at or now) if a.target == S.RETRY_SCHEDULED else None for _, a in batch
         ],
+        "outbox_payload": Jsonb(outbox_payload()),
         "now": now,
         "actor": actor,
     }

@@ -238,7 +238,7 @@ def claim_txn(
     budget = row["task_budget"]
     budget_remember(op.task_id, json.loads(budget) if isinstance(budget, str) else budget)
     task_lock_check(task)
-    hint_after_commit(task, "operation.claimed")
+    hint_after_commit(task, "operation.claimed", op, actor)
     return op
 
 

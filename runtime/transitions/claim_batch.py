@@ -20,6 +20,7 @@ from runtime.budgets import budget_remember
 from runtime.crashpoints import crash_point
 from runtime.db import fetchall_named, prepared_cursor
 from runtime.lease_tokens import lease_token_mint
+from runtime.logcontext import transition_fields
 from runtime.models import Operation
 from runtime.rules.claim import task_lock_refusal
 from runtime.rules.statuses import OperationStatus
@@ -29,6 +30,7 @@ from runtime.transitions.fast import (
     BatchStopped,
     deltas_params,
     hint_seq_after_commit,
+    log_after_commit,
     operation_of_row,
 )
 from runtime.transitions.lease import Lease, lease_expiry, lease_seconds, lease_token_digest
@@ -166,4 +168,10 @@ def claim_batch_txn(
         budget_remember(op.task_id, {})
     for task in touched:
         hint_seq_after_commit(task["id"], task["event_seq"], "operation.claimed")
+    log_after_commit(
+        [
+            transition_fields("operation.claimed", task_id=op.task_id, actor=actor, op=op)
+            for op in ops
+        ]
+    )
     return ops

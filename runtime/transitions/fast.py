@@ -37,7 +37,8 @@ from typing import Any
 from django.db import connection, transaction
 
 from runtime.drainers import announce_or_push, drain_announce, queue_of
-from runtime.events import JOURNAL_SLOTS, TaskRow, event_hint
+from runtime.events import JOURNAL_SLOTS, TaskRow, event_committed, event_hint
+from runtime.logcontext import transition_fields, transition_log
 from runtime.models import Operation, OutboxMessage
 from runtime.outbox import outbox_publish
 from runtime.publish import EXECUTE_OPERATION, message_now
@@ -110,12 +111,27 @@ def operation_of_row(row: dict[str, Any]) -> Operation:
     return Operation.from_db(connection.alias, OP_ATTNAMES, values)
 
 
-def hint_after_commit(task: TaskRow, event_type: str) -> None:
-    transaction.on_commit(lambda: event_hint(task.id, task.event_seq, event_type))
+def hint_after_commit(
+    task: TaskRow, event_type: str, op: Operation, actor: str, data: dict[str, Any] | None = None
+) -> None:
+    """The event's log line (about ``op`` as the statement left it, by ``actor``) and the live
+    readers' hint, once the statement's transaction commits."""
+    logged = transition_fields(event_type, task_id=op.task_id, actor=actor, op=op, data=data)
+    transaction.on_commit(lambda: event_committed(task.id, task.event_seq, event_type, logged))
 
 
 def hint_seq_after_commit(task_id: str, seq: int, event_type: str) -> None:
     transaction.on_commit(lambda: event_hint(task_id, seq, event_type))
+
+
+def log_after_commit(logged: list[dict[str, Any]]) -> None:
+    """A batch's events' log lines, one per event, once the batch commits."""
+
+    def lines() -> None:
+        for fields in logged:
+            transition_log(fields)
+
+    transaction.on_commit(lines)
 
 
 def announcement(

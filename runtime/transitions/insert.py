@@ -37,7 +37,7 @@ def operation_insert_txn(
         state_version=op.state_version,
         now=now,
         deltas=status_deltas(None, op.status),
-        operation_id=op.pk,
+        op=op,
         actor=actor,
         data=data,
     )

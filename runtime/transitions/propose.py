@@ -33,7 +33,7 @@ from runtime.errors import (
 from runtime.events import TaskRow, task_row
 from runtime.hashing import params_hash
 from runtime.models import Operation, Task
-from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_payload
 from runtime.policy import can_propose
 from runtime.rules.admission import admission_refused, task_admission_check
 from runtime.rules.general_writer import PROPOSE, FastFacts, general_writer_needed
@@ -353,7 +353,7 @@ def propose_txn(op: Operation, *, actor: str, now: datetime) -> TaskRow | None:
     task = task_row(row)
     op.state_version = 1
     op.created_at = op.updated_at = now
-    hint_after_commit(task, "operation.proposed")
+    hint_after_commit(task, "operation.proposed", op, actor)
     publish_after_commit(row["outbox_id"], op, now, now, drained=quick or single, single=single)
     return task
 
@@ -380,6 +380,7 @@ def _propose_params(op: Operation, *, announce: bool, actor: str, now: datetime)
         "signal": op.signal,
         "timeout_seconds": op.timeout_seconds,
         "announce": announce,
+        "outbox_payload": Jsonb(outbox_payload()),
         "now": now,
         "event_type": "operation.proposed",
         "actor": actor,

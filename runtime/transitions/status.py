@@ -207,7 +207,7 @@ def _journal_txn(
         state_version=operation.state_version,
         now=now,
         deltas=status_deltas(source, target),
-        operation_id=operation.pk,
+        op=operation,
         actor=actor,
         data=payload,
     )

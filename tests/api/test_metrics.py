@@ -119,8 +119,8 @@ def test_takeovers_stale_reports_and_budget_refusals_are_counted():
         ("agent_console_reports_rejected_total", {}),
         ("agent_console_rejected_observations_total", {"kind": "stale_completion"}),
         ("agent_console_budget_refusals_total", {"route": "api-task-ops"}),
-        ("agent_console_api_refusals_total", {"code": "budget_exhausted"}),
-        ("agent_console_api_refusals_total", {"code": "stale_lease"}),
+        ("agent_console_api_refusals_total", {"error": "budget_exhausted"}),
+        ("agent_console_api_refusals_total", {"error": "stale_lease"}),
     ]:
         assert _value(after, name, **labels) == _value(before, name, **labels) + 1, (name, labels)
     assert _value(after, "agent_console_database_up") == 1
@@ -193,7 +193,7 @@ def test_metrics_move_with_an_operation_run_by_real_workers(workers, tmp_path: P
         _value(before, succeeded, status="succeeded") + 1
     )
     proposals = "agent_console_http_request_duration_seconds_count"
-    labels = {"route": "api-task-ops", "method": "POST", "status": "201"}
+    labels = {"route": "api-task-ops", "method": "POST", "code": "201"}
     assert _value(after, proposals, **labels) == _value(before, proposals, **labels) + 2
     assert _value(after, "agent_console_workers_live") >= 1
     waiting = {"status": "waiting_approval", "tool": "demo.payments.charge"}
@@ -207,3 +207,8 @@ def test_metrics_move_with_an_operation_run_by_real_workers(workers, tmp_path: P
         _value(after, "agent_console_approvals_pending")
     )
     assert _value(after, "agent_console_database_up") == 1
+    # The latency histograms of the work the real worker ran: its claim, its run.
+    start = "agent_console_operation_schedule_to_start_seconds_count"
+    assert _value(after, start) >= _value(before, start) + 1
+    run = "agent_console_operation_run_seconds_count"
+    assert _value(after, run, tool="demo.echo") == _value(before, run, tool="demo.echo") + 1

@@ -15,13 +15,14 @@ import pytest
 import redis
 from celery import current_app
 from django.conf import settings
+from structlog.contextvars import bound_contextvars
 
 from runtime import drainers, outbox
 from runtime import publish as publish_module
 from runtime.admission import tool_class_of
 from runtime.drainers import Registration, queue_of
 from runtime.models import OutboxMessage
-from runtime.publish import EXECUTE_OPERATION, message_now, publish
+from runtime.publish import DRAIN_QUEUE, EXECUTE_OPERATION, message_now, publish
 from runtime.specs import OperationSpec
 from runtime.transitions.propose import operation_propose
 from tests import factories
@@ -198,3 +199,47 @@ def test_when_the_script_fails_the_call_goes_through_celery(broker, monkeypatch)
     message = json.loads(broker.rpop(QUEUE))
     assert message["headers"]["argsrepr"].startswith(f"('{op_id}'")
     assert asked == [drainers._ANNOUNCE_OR_PUSH]
+
+
+@pytest.mark.postgres
+def test_a_bound_request_id_rides_in_the_headers_of_both_forms_of_the_message(broker):
+    """The web request's id (runtime.logcontext) goes with the work it causes: Celery's message
+    and the one built by hand carry it alike (the worker binds it: runtime.worker)."""
+    with bound_contextvars(request_id="req-announce-1"):
+        publish(EXECUTE_OPERATION, "op_pinned", 7)
+        built = message_now(EXECUTE_OPERATION, "op_pinned", 7)
+    celery_message, _ = _ids_apart(broker.rpop(QUEUE))
+    assert built is not None
+    message, _ = _ids_apart(built[1])
+    assert message == celery_message
+    assert message["headers"]["request_id"] == "req-announce-1"
+    # Nothing bound, nothing carried.
+    unbound = message_now(EXECUTE_OPERATION, "op_pinned", 7)
+    assert unbound is not None and "request_id" not in json.loads(unbound[1])["headers"]
+    # A drainer's turn is about a queue, the calls of many requests: it carries none.
+    with bound_contextvars(request_id="req-announce-1"):
+        publish(DRAIN_QUEUE, QUEUE)
+    drain = json.loads(broker.rpop(QUEUE))
+    assert drain["headers"]["task"] == DRAIN_QUEUE and "request_id" not in drain["headers"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("hotpath", [True, False])
+def test_the_outbox_row_keeps_the_request_id_for_a_message_published_again(
+    broker, settings, hotpath
+):
+    """The one-statement proposal and the general writer both write the request id into the
+    outbox row; the sweeper's publish of that row, outside any request, carries it."""
+    settings.HOTPATH = hotpath
+    owner = factories.agent()
+    with bound_contextvars(request_id="req-outbox-1"):
+        op = factories.operation(owner, factories.task(owner), tool="demo.echo")
+    row = OutboxMessage.objects.get(operation_id=op.pk)
+    assert row.payload == {"request_id": "req-outbox-1"}
+    broker.delete(QUEUE)
+    assert outbox.outbox_publish([row]) == 1
+    (raw,) = broker.lrange(QUEUE, 0, -1)
+    headers = json.loads(raw)["headers"]
+    assert headers["argsrepr"].startswith(f"('{op.pk}'")
+    assert headers["request_id"] == "req-outbox-1"
