@@ -429,6 +429,10 @@ CHECK_JSON_MAX_BYTES = _env_int("CHECK_JSON_MAX_BYTES", 16 * 1024 * 1024)
 # Recorded in every artifact's provenance.
 CODE_VERSION = os.environ.get("CODE_VERSION", "agent-console 0.1.0")
 
+# Traces (console.tracing, docs/operations.md#traces): on with OTEL_ENABLED=1, or when the
+# standard OTEL_* environment names a trace exporter or an OTLP endpoint; the SDK reads the rest.
+OTEL_ENABLED = os.environ.get("OTEL_ENABLED", "0") == "1"
+
 # Notifications (docs/notifications.md). Email through Django's email framework: SMTP when
 # EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
 # EMAIL_USE_SSL), else, so a newcomer sees them, files under DATA_DIR/mail.

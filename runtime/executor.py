@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -30,11 +31,13 @@ from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.logcontext import work_bound
 from runtime.models import Operation
+from runtime.outbox import outbox_trace
 from runtime.publish import DRAIN_QUEUE, publish
 from runtime.slots import Slot, slot_reserve
 from runtime.stopping import CancelWatch
 from runtime.tool_invocation import tool_invoke
 from runtime.tools.base import adapters, waits
+from runtime.tracing import annotate, continued, has_current, span, tracing_enabled
 from runtime.transitions.accept import lease_report
 from runtime.transitions.accept_batch import operations_report_batch
 from runtime.transitions.accept_decision import Report
@@ -67,9 +70,19 @@ def operation_deliver(operation_id: str) -> Delivery:
     """Run one delivery of an operation (claim, invoke, report). Preconditions: no transaction
     open."""
     execution_id = execution_current()
-    # Every log line about this delivery carries its ids (runtime.logcontext).
-    with work_bound(operation_id=operation_id, execution_id=execution_id):
+    # Every log line about this delivery carries its ids (runtime.logcontext), and its spans
+    # continue the proposal's trace (runtime.tracing).
+    with work_bound(operation_id=operation_id, execution_id=execution_id), _traced(operation_id):
         return _execute(operation_id, execution_id)
+
+
+def _traced(operation_id: str) -> AbstractContextManager[None]:
+    """The trace a delivery continues: its message's (Celery's instrumentation made it current
+    from the headers), else the one its outbox row kept (a message sent without it; a call made
+    in process). Nothing is read while tracing is off."""
+    if not tracing_enabled() or has_current():
+        return nullcontext()
+    return continued(outbox_trace(operation_id))
 
 
 # A delivery that handed its claimed call to a slot (runtime.slots): it reports there.
@@ -96,7 +109,20 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
 
 
 def _claim(operation_id: str, execution_id: str) -> Lease | Refusal:
-    return contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
+    with span("operation.claim", operation_id=operation_id, execution_id=execution_id) as current:
+        claim = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
+        if isinstance(claim, Refusal):
+            annotate(current, refused=claim.reason)
+        else:
+            annotate(current, task_id=claim.operation.task_id, **_lease_attributes(claim))
+        return claim
+
+
+def _lease_attributes(lease: Lease) -> dict[str, int]:
+    return {
+        "lease_generation": lease.lease_generation,
+        "invocation_number": lease.invocation_number,
+    }
 
 
 def _leased(operation_id: str, execution_id: str, claim: Lease | Refusal) -> Lease | None:
@@ -137,7 +163,15 @@ def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -
 def _report(execution_id: str, lease: Lease, report: Report) -> str:
     operation_id = lease.operation_id
     try:
-        lease_report(lease, report, execution_id=execution_id)
+        with span(
+            "operation.accept",
+            operation_id=operation_id,
+            task_id=lease.operation.task_id,
+            execution_id=execution_id,
+            outcome=report.outcome,
+            **_lease_attributes(lease),
+        ):
+            lease_report(lease, report, execution_id=execution_id)
     except StaleLease:
         log.info(
             "late result for %s under generation %s rejected", operation_id, lease.lease_generation
@@ -348,5 +382,17 @@ def _drain_again(queue: str) -> None:
 
 def _invoke(op: Operation, lease: Lease) -> Report:
     """Run the adapter outside any transaction: the receiver's commit is its own."""
-    with work_bound(op):
-        return tool_invoke(op, lease)
+    with (
+        work_bound(op),
+        span(
+            "operation.tool_call",
+            operation_id=op.pk,
+            task_id=op.task_id,
+            tool=op.tool,
+            tool_version=op.tool_version,
+            **_lease_attributes(lease),
+        ) as current,
+    ):
+        report = tool_invoke(op, lease)
+        annotate(current, outcome=report.outcome, error_kind=report.error_kind or None)
+        return report

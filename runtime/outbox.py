@@ -13,11 +13,13 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from runtime.admission import tool_class_of
 from runtime.drainers import queues_waiting
 from runtime.models import Operation, OutboxMessage
 from runtime.publish import EXECUTE_OPERATION, publish
+from runtime.tracing import carrier, continued, tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +29,39 @@ TOPIC_EXECUTE = "operation.execute"
 _COUNTDOWN_LIMIT = 60.0
 
 
+# The payload of an announcement while tracing is off (one object, not one per statement).
+_NO_PAYLOAD = Jsonb({})
+
+
+def outbox_payload() -> Jsonb:
+    """What a one-statement form writes as its announcement's payload (``outbox_announce``):
+    the trace context the work continues (runtime.tracing; kept with the row, so a message the
+    sweeper sends again still carries it), empty while tracing is off."""
+    trace = carrier()
+    return Jsonb(trace) if trace else _NO_PAYLOAD
+
+
 def outbox_enqueue_txn(
     *, topic: str, operation_id: str, now: datetime, available_at: datetime | None = None
 ) -> OutboxMessage:
-    """Write an outbox row in the caller's transaction and publish it once that commits."""
+    """Write an outbox row in the caller's transaction and publish it once that commits; the
+    row keeps the current trace context (runtime.tracing), as ``outbox_payload`` does."""
     message = OutboxMessage.objects.create(
         topic=topic,
         operation_id=operation_id,
+        payload=carrier(),
         created_at=now,
         available_at=available_at or now,
     )
     transaction.on_commit(lambda: outbox_publish([message]))
     return message
+
+
+def outbox_trace(operation_id: str) -> dict[str, Any] | None:
+    """The trace context the operation's latest announcement kept (``payload``), if any: one
+    read, made only while tracing is on (runtime.executor)."""
+    payloads = OutboxMessage.objects.filter(operation_id=operation_id).order_by("-pk")
+    return payloads.values_list("payload", flat=True).first()
 
 
 def outbox_consume_txn(operation_id: str) -> None:
@@ -74,13 +97,16 @@ def outbox_publish(messages: list[OutboxMessage], queues: dict[str, str] | None 
         # None: the default queue (task_default_queue).
         queue: Any = routes.get(message.operation_id or "")
         try:
-            publish(
-                EXECUTE_OPERATION,
-                message.operation_id,
-                message.pk,
-                countdown=max(0.0, delay),
-                queue=queue,
-            )
+            # Sent in the trace the row kept (Celery's instrumentation puts it into the
+            # message's headers), also when the sweeper sends a lost message again.
+            with continued(message.payload if tracing_enabled() else None):
+                publish(
+                    EXECUTE_OPERATION,
+                    message.operation_id,
+                    message.pk,
+                    countdown=max(0.0, delay),
+                    queue=queue,
+                )
             sent += 1
         except Exception:
             log.warning(

@@ -43,6 +43,7 @@ drainers' lists, would be a second way to announce, claim and dedupe work.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -60,6 +61,7 @@ from django.db.utils import load_backend
 from runtime import dialect
 from runtime.db import outside_transaction
 from runtime.tools.base import ToolFailure
+from runtime.tracing import tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,12 @@ class Slot:
         cannot take it (stopped meanwhile, or broken): the place is given back, and the caller
         makes the call itself."""
         try:
-            self.pool.executor.submit(self._body, fn, args)
+            if tracing_enabled():
+                # The call's spans continue its delivery's trace (context variables stay in
+                # the thread that set them).
+                self.pool.executor.submit(contextvars.copy_context().run, self._body, fn, args)
+            else:
+                self.pool.executor.submit(self._body, fn, args)
         except RuntimeError:
             log.warning("the slots took no call", exc_info=True)
             self.pool.release(self)

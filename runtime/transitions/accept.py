@@ -26,7 +26,7 @@ from runtime.db import contention_retry, fetchone_named, prepared_cursor
 from runtime.errors import StaleLease
 from runtime.events import TaskRow, task_row
 from runtime.models import Invocation, Operation, Task
-from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_payload
 from runtime.reactor import operation_settled_txn
 from runtime.rules.general_writer import ACCEPT, general_writer_needed
 from runtime.rules.statuses import OperationStatus
@@ -257,6 +257,7 @@ def accept_txn(
         "receipt": None if acceptance.receipt is None else Jsonb(acceptance.receipt),
         "handle": acceptance.provider_handle[:300],
         "announce": announce,
+        "outbox_payload": outbox_payload(),
         "now": now,
         "event_type": f"operation.{acceptance.edge}",
         "actor": actor,
@@ -366,8 +367,7 @@ def agent_report(
     (an old generation, another claim's token, a lease the sweeper took back) is refused with
     StaleLease and recorded.
 
-    Preconditions: the actor may see the operation and is its executor; no transaction open.
-    """
+    Preconditions: the actor may see the operation and is its executor; no transaction open."""
     current = Operation.objects.get(pk=op.pk)
     if (
         current.lease_generation == lease_generation

@@ -53,6 +53,7 @@ from runtime.rules.general_writer import general_writer_sql
 from runtime.rules.statuses import OperationStatus
 from runtime.rules.stop import not_stopping_sql
 from runtime.sqlfiles import column_list
+from runtime.tracing import carrier
 from runtime.transitions.status import status_deltas
 
 S = OperationStatus
@@ -119,13 +120,19 @@ def hint_seq_after_commit(task_id: str, seq: int, event_type: str) -> None:
 
 
 def announcement(
-    outbox_id: int, operation_id: str, available_at: datetime, now: datetime
+    outbox_id: int,
+    operation_id: str,
+    available_at: datetime,
+    now: datetime,
+    trace: dict[str, str] | None = None,
 ) -> OutboxMessage:
-    """The outbox row a statement wrote (``outbox_announce``), as the relay publishes it."""
+    """The outbox row a statement wrote (``outbox_announce``), as the relay publishes it
+    (``trace``: the payload it was written with, runtime.outbox.outbox_payload)."""
     return OutboxMessage(
         pk=outbox_id,
         topic="operation.execute",
         operation_id=operation_id,
+        payload=trace or {},
         created_at=now,
         available_at=available_at,
     )
@@ -148,10 +155,16 @@ def publish_after_commit(
     if outbox_id is None:
         return
     queue = queue_of(op.tool)
+    # The statement's trace context (as its row keeps it): the commit may come after its span.
+    trace = carrier()
 
     def publish() -> None:
         due = available_at <= now
-        message = message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue) if due else None
+        message = (
+            message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue, trace=trace)
+            if due
+            else None
+        )
         if message is None:
             if drained and drain_announce(queue, op.pk, single=single):
                 return
@@ -159,7 +172,7 @@ def publish_after_commit(
             return
         # Redis failed the script (not asked again), or no drainer took the call: Celery's
         # publish, whose failure the sweeper covers.
-        outbox_publish([announcement(outbox_id, op.pk, available_at, now)], {op.pk: queue})
+        outbox_publish([announcement(outbox_id, op.pk, available_at, now, trace)], {op.pk: queue})
 
     transaction.on_commit(publish)
 
