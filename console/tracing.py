@@ -30,8 +30,6 @@ INSTRUMENTATIONS = (
     ("opentelemetry.instrumentation.httpx", "HTTPXClientInstrumentor"),
 )
 
-_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
 
 def tracing_wanted() -> bool:
     """Whether this process traces (see the module's docstring)."""
@@ -40,7 +38,10 @@ def tracing_wanted() -> bool:
     exporter = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter == "none":
         return False
-    return bool(settings.OTEL_ENABLED or exporter or any(os.environ.get(e) for e in _ENDPOINTS))
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    return bool(settings.OTEL_ENABLED or exporter or endpoint)
 
 
 def tracing_start(tracer_provider: Any = None) -> Any:

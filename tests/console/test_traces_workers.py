@@ -132,6 +132,8 @@ def test_a_real_worker_continues_the_agents_trace_to_the_tool_call(
         assert span["attributes"]["console.operation_id"] == op_id, name
     (run,) = [s for s in found.spans if s["name"].startswith("run/")]
     assert run["trace_id"] == TRACE_ID  # Celery's own span, from the message's headers
+    statements = [s for s in found.spans if s["name"] in ("SELECT", "INSERT", "UPDATE", "WITH")]
+    assert any(s["trace_id"] == TRACE_ID for s in statements)  # psycopg's, in the same trace
     (call,) = receiver
     assert call["traceparent"].split("-")[1:3] == [
         TRACE_ID,
