@@ -67,8 +67,12 @@ def tracing_start(tracer_provider: Any = None) -> Any:
         os.environ.setdefault("OTEL_SERVICE_NAME", "agent-console")
         configurator().configure()
         tracer_provider = importlib.import_module("opentelemetry.trace").get_tracer_provider()
+    conflicts = importlib.import_module("opentelemetry.instrumentation.dependencies")
     for instrumentor in instrumentors:
-        if not instrumentor.is_instrumented_by_opentelemetry:
+        # A library this process does not have (httpx is only a team's tools'): nothing to
+        # instrument, and no error logged at every start.
+        missing = conflicts.get_dependency_conflicts(instrumentor.instrumentation_dependencies())
+        if missing is None and not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=tracer_provider)
     tracing_on(tracer_provider)
     return tracer_provider
