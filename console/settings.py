@@ -16,7 +16,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The project's tree (templates/, static/, manage.py): beside the packages in a checkout; an
+# image that installs the packages (not editable) names where it copied them (deploy/Dockerfile).
+BASE_DIR = Path(os.environ.get("CONSOLE_HOME") or Path(__file__).resolve().parent.parent)
 DATA_DIR = Path(os.environ.get("CONSOLE_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
