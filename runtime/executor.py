@@ -111,6 +111,8 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
 def _claim(operation_id: str, execution_id: str) -> Lease | Refusal:
     with span("operation.claim", operation_id=operation_id, execution_id=execution_id) as current:
         claim = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
+        if current is None:
+            return claim  # tracing off
         if isinstance(claim, Refusal):
             annotate(current, refused=claim.reason)
         else:

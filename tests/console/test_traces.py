@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.db import transaction
 from django.utils import timezone
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -31,7 +32,7 @@ from console.tracing import tracing_start, tracing_stop, tracing_wanted
 from runtime import outbox, tracing
 from runtime.executor import operation_execute
 from runtime.models import Operation, OutboxMessage
-from runtime.outbox import outbox_sweep
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_sweep, outbox_trace
 from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.tool_declarations import tool_declare
 from runtime.tools.declared import declarations_forget
@@ -206,6 +207,22 @@ def test_the_switch_follows_the_standard_environment(monkeypatch, settings):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
     settings.OTEL_ENABLED = True
     assert tracing_wanted()
+
+
+@pytest.mark.django_db
+def test_an_announcement_written_by_the_general_writers_keeps_the_trace(spans):
+    # The ORM's announcement (the general writers, the embedded mode, a retry scheduled by the
+    # sweeper's takeover) keeps the context current where it is written, as the statements do.
+    owner = factories.agent()
+    op = factories.operation(owner, factories.task(owner))
+    with tracing.span("operation.release") as current, transaction.atomic():
+        row = outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=timezone.now())
+    stored = OutboxMessage.objects.get(pk=row.pk).payload
+    assert stored["traceparent"].split("-")[1:3] == [
+        format(current.get_span_context().trace_id, "032x"),
+        format(current.get_span_context().span_id, "016x"),
+    ]
+    assert outbox_trace(op.pk) == stored  # the latest announcement's, as a delivery reads it
 
 
 @pytest.mark.django_db
