@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -31,13 +31,13 @@ from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.logcontext import work_bound
 from runtime.models import Operation
-from runtime.outbox import outbox_trace
+from runtime.outbox import outbox_continued, outbox_traces
 from runtime.publish import DRAIN_QUEUE, publish
 from runtime.slots import Slot, slot_reserve
 from runtime.stopping import CancelWatch
 from runtime.tool_invocation import tool_invoke
 from runtime.tools.base import adapters, waits
-from runtime.tracing import annotate, continued, has_current, span, tracing_enabled
+from runtime.tracing import annotate, continued, span, work_span
 from runtime.transitions.accept import lease_report
 from runtime.transitions.accept_batch import operations_report_batch
 from runtime.transitions.accept_decision import Report
@@ -48,6 +48,7 @@ from runtime.transitions.handover import operation_report_and_claim
 from runtime.transitions.lease import Lease
 
 log = logging.getLogger(__name__)
+Trace = dict[str, Any] | None  # a stored trace context (runtime.tracing.carrier)
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,11 @@ def operation_deliver(operation_id: str) -> Delivery:
     execution_id = execution_current()
     # Every log line about this delivery carries its ids (runtime.logcontext), and its spans
     # continue the proposal's trace (runtime.tracing).
-    with work_bound(operation_id=operation_id, execution_id=execution_id), _traced(operation_id):
+    with (
+        work_bound(operation_id=operation_id, execution_id=execution_id),
+        outbox_continued(operation_id),
+    ):
         return _execute(operation_id, execution_id)
-
-
-def _traced(operation_id: str) -> AbstractContextManager[None]:
-    """The trace a delivery continues: its message's (Celery's instrumentation made it current
-    from the headers), else the one its outbox row kept (a message sent without it; a call made
-    in process). Nothing is read while tracing is off."""
-    if not tracing_enabled() or has_current():
-        return nullcontext()
-    return continued(outbox_trace(operation_id))
 
 
 # A delivery that handed its claimed call to a slot (runtime.slots): it reports there.
@@ -116,15 +111,13 @@ def _claim(operation_id: str, execution_id: str) -> Lease | Refusal:
         if isinstance(claim, Refusal):
             annotate(current, refused=claim.reason)
         else:
-            annotate(current, task_id=claim.operation.task_id, **_lease_attributes(claim))
+            annotate(
+                current,
+                task_id=claim.operation.task_id,
+                lease_generation=claim.lease_generation,
+                invocation_number=claim.invocation_number,
+            )
         return claim
-
-
-def _lease_attributes(lease: Lease) -> dict[str, int]:
-    return {
-        "lease_generation": lease.lease_generation,
-        "invocation_number": lease.invocation_number,
-    }
 
 
 def _leased(operation_id: str, execution_id: str, claim: Lease | Refusal) -> Lease | None:
@@ -148,7 +141,9 @@ def _run_in_slot(execution_id: str, lease: Lease, slot: Slot) -> None:
         _report(execution_id, lease, _invoke_watched(lease, terminate=slot.abandon))
 
 
-def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -> Report:
+def _invoke_watched(
+    lease: Lease, terminate: Callable[[], None] | None = None, trace: Trace = None
+) -> Report:
     """Make the claimed call under a cancel watch (a call that ignores a cancel past the grace
     period is ended by this worker: Limits; ``terminate`` is how, after it settled the call:
     by default this process ends)."""
@@ -159,19 +154,14 @@ def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -
         state_version=lease.state_version,
         terminate=terminate,
     ):
-        return _invoke(lease.operation, lease)
+        return _invoke(lease.operation, lease, trace)
 
 
 def _report(execution_id: str, lease: Lease, report: Report) -> str:
     operation_id = lease.operation_id
     try:
-        with span(
-            "operation.accept",
-            operation_id=operation_id,
-            task_id=lease.operation.task_id,
-            execution_id=execution_id,
-            outcome=report.outcome,
-            **_lease_attributes(lease),
+        with work_span(
+            "operation.accept", lease, execution_id=execution_id, outcome=report.outcome
         ):
             lease_report(lease, report, execution_id=execution_id)
     except StaleLease:
@@ -332,9 +322,12 @@ class _Singles:
         """Claim ``operation_id`` (with the acceptance of the call made before it, if any) and
         make the call; its report waits for the next call or ``settle``."""
         execution_id = self.execution_id
+        # The call's own trace (it came with no message), read before the claim spends its row.
+        trace = outbox_traces([operation_id]).get(operation_id)
         with work_bound(operation_id=operation_id, execution_id=execution_id):
             if self.pending is None:
-                claim = _claim(operation_id, execution_id)
+                with continued(trace):
+                    claim = _claim(operation_id, execution_id)
             else:
                 made, report = self.pending
                 self.pending = None
@@ -346,7 +339,7 @@ class _Singles:
             lease = _leased(operation_id, execution_id, claim)
             if lease is not None:
                 with work_bound(lease.operation):
-                    self.pending = (lease, _invoke_watched(lease))
+                    self.pending = (lease, _invoke_watched(lease, trace=trace))
 
     def settle(self) -> None:
         """Report the call made, alone (no next call to hand over to)."""
@@ -360,12 +353,16 @@ class _Singles:
 def _drain_batch(ids: list[str], tools: list[str], execution_id: str) -> int:
     if not ids:
         return 0
+    traces = outbox_traces(ids)  # each call's own trace (none of them came with a message)
     batch = contention_retry(lambda: operations_claim_batch(ids, tools, execution_id=execution_id))
     if batch.leases:
         crash_point("drain.after_claim")
         # Quick calls only: each is made in turn, without a cancel watch (a cancel requested
         # meanwhile is settled by the acceptance, which finds the task stopping).
-        reports = [(lease.operation, _invoke(lease.operation, lease)) for lease in batch.leases]
+        reports = [
+            (lease.operation, _invoke(lease.operation, lease, traces.get(lease.operation_id)))
+            for lease in batch.leases
+        ]
         operations_report_batch(
             reports, lease_token=batch.leases[0].lease_token, execution_id=execution_id
         )
@@ -382,17 +379,14 @@ def _drain_again(queue: str) -> None:
         log.warning("could not hand %s's backlog on", queue, exc_info=True)
 
 
-def _invoke(op: Operation, lease: Lease) -> Report:
-    """Run the adapter outside any transaction: the receiver's commit is its own."""
+def _invoke(op: Operation, lease: Lease, trace: Trace = None) -> Report:
+    """Run the adapter outside any transaction: the receiver's commit is its own; ``trace``:
+    the one the call continues when it is not the current one (a drainer's call)."""
     with (
         work_bound(op),
-        span(
-            "operation.tool_call",
-            operation_id=op.pk,
-            task_id=op.task_id,
-            tool=op.tool,
-            tool_version=op.tool_version,
-            **_lease_attributes(lease),
+        continued(trace),
+        work_span(
+            "operation.tool_call", lease, tool=op.tool, tool_version=op.tool_version
         ) as current,
     ):
         report = tool_invoke(op, lease)

@@ -5,6 +5,7 @@ that no claim consumed in time. Losing Redis loses no work; duplicates are dropp
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from runtime.admission import tool_class_of
 from runtime.drainers import queues_waiting
 from runtime.models import Operation, OutboxMessage
 from runtime.publish import EXECUTE_OPERATION, publish
-from runtime.tracing import carrier, continued, tracing_enabled
+from runtime.tracing import carrier, continued, has_current, tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,22 @@ def outbox_enqueue_txn(
     return message
 
 
-def outbox_trace(operation_id: str) -> dict[str, Any] | None:
-    """The trace context the operation's latest announcement kept (``payload``), if any: one
-    read, made only while tracing is on (runtime.executor)."""
-    payloads = OutboxMessage.objects.filter(operation_id=operation_id).order_by("-pk")
-    return payloads.values_list("payload", flat=True).first()
+def outbox_traces(operation_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The trace context each operation's latest announcement kept (its ``payload``), for work
+    taken without a message that carried it (a drainer's, a call made in process): one read,
+    made only while tracing is on (runtime.executor), before the claim spends the rows."""
+    if not tracing_enabled() or not operation_ids:
+        return {}
+    rows = OutboxMessage.objects.filter(operation_id__in=operation_ids).order_by("pk")
+    return {op: payload for op, payload in rows.values_list("operation_id", "payload") if payload}
+
+
+def outbox_continued(operation_id: str) -> AbstractContextManager[None]:
+    """The trace a delivery continues: its message's (Celery's instrumentation made it current
+    from the headers), else the one its announcement kept. Nothing is read while off."""
+    if has_current():
+        return nullcontext()
+    return continued(outbox_traces([operation_id]).get(operation_id))  # type: ignore[no-any-return]
 
 
 def outbox_consume_txn(operation_id: str) -> None:

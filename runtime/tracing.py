@@ -65,6 +65,20 @@ def span(name: str, **attributes: Any) -> Any:
     return _started(name, attributes)
 
 
+def work_span(name: str, lease: Any, **attributes: Any) -> Any:
+    """``span`` for a step of the work a lease holds (a ``runtime.transitions.lease.Lease``):
+    with its operation's and task's ids, its lease generation and invocation number."""
+    if not _state.on:
+        return _OFF
+    ids = {
+        "operation_id": lease.operation_id,
+        "task_id": lease.operation.task_id,
+        "lease_generation": lease.lease_generation,
+        "invocation_number": lease.invocation_number,
+    }
+    return _started(name, {**ids, **attributes})
+
+
 @contextmanager
 def _started(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
     known = _named(attributes)

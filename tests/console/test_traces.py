@@ -29,10 +29,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from console.tracing import tracing_start, tracing_stop, tracing_wanted
-from runtime import outbox, tracing
+from runtime import executor, outbox, tracing
+from runtime.drainers import Registration, queue_of
 from runtime.executor import operation_execute
 from runtime.models import Operation, OutboxMessage
-from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_sweep, outbox_trace
+from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn, outbox_sweep, outbox_traces
 from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.tool_declarations import tool_declare
 from runtime.tools.declared import declarations_forget
@@ -209,6 +210,33 @@ def test_the_switch_follows_the_standard_environment(monkeypatch, settings):
     assert tracing_wanted()
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_calls_a_drainer_takes_continue_each_their_own_trace(spans):
+    # A drainer's calls come with no message: each one's tool call continues the trace its
+    # announcement kept (one read for the batch, before the claim spends the rows).
+    _empty_queues()
+    owner = factories.agent()
+    task = factories.task(owner)
+    registration = Registration(queue_of("demo.echo"))
+    assert registration.renew()
+    traces = {}
+    try:
+        for step in ("a", "b"):
+            with tracing.span("agent.step") as current:
+                op = factories.operation(owner, task, step=step, tool="demo.echo")
+            traces[op.pk] = format(current.get_span_context().trace_id, "032x")
+    finally:
+        registration.leave()
+    assert executor.queue_drain(django_settings.CELERY_QUEUE, asked=True) == 2
+    calls = _by_name(spans)["operation.tool_call"]
+    assert {
+        s.attributes["console.operation_id"]: format(s.context.trace_id, "032x") for s in calls
+    } == traces
+    assert len(set(traces.values())) == 2
+    _empty_queues()
+
+
 @pytest.mark.django_db
 def test_an_announcement_written_by_the_general_writers_keeps_the_trace(spans):
     # The ORM's announcement (the general writers, the embedded mode, a retry scheduled by the
@@ -222,7 +250,8 @@ def test_an_announcement_written_by_the_general_writers_keeps_the_trace(spans):
         format(current.get_span_context().trace_id, "032x"),
         format(current.get_span_context().span_id, "016x"),
     ]
-    assert outbox_trace(op.pk) == stored  # the latest announcement's, as a delivery reads it
+    # The latest announcement's, as a delivery reads it.
+    assert outbox_traces([op.pk]) == {op.pk: stored}
 
 
 @pytest.mark.django_db
