@@ -21,13 +21,16 @@ from typing import Any
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
+from channels.testing import HttpCommunicator
 from django.conf import settings as django_settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from console import asgi
 from console.tracing import tracing_start, tracing_stop, tracing_wanted
 from runtime import executor, outbox, tracing
 from runtime.drainers import Registration, queue_of
@@ -183,6 +186,32 @@ def test_the_agents_trace_runs_from_the_request_to_the_tool_call_and_its_accepta
         TRACE_ID,
         format(tool_call.context.span_id, "016x"),
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_through_the_asgi_handler_continues_the_agents_trace(spans):
+    # As the server runs it (console.asgi's handler, whose chain is built after startup's
+    # instrumentation): Django's instrumentation reads the traceparent from the ASGI scope.
+    owner = factories.agent()
+    app = asgi.SyncChainASGIHandler()
+    headers = [
+        (b"host", b"testserver"),
+        (b"authorization", f"Bearer {owner.token}".encode()),
+        (b"traceparent", TRACEPARENT.encode()),
+    ]
+
+    async def get() -> dict[str, Any]:
+        comm = HttpCommunicator(app, "GET", "/api/v1/tasks", headers=headers)
+        return await comm.get_response(10)  # type: ignore[no-any-return]
+
+    try:
+        assert async_to_sync(get)()["status"] == 200
+    finally:
+        for idle in list(asgi._threads._free):
+            idle.submit(connections.close_all).result(timeout=10)
+    (server,) = [s for s in spans.get_finished_spans() if s.kind.name == "SERVER"]
+    assert format(server.context.trace_id, "032x") == TRACE_ID
+    assert server.parent is not None and format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
 
 
 def test_the_switch_follows_the_standard_environment(monkeypatch, settings):
