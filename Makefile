@@ -13,12 +13,17 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_console
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install install-run run demo schema screenshot client test lint typecheck pytest pytest-embedded bench simulate soak clean
+.PHONY: install install-run lock run demo schema screenshot client test lint typecheck pytest pytest-embedded bench simulate soak clean
 
-$(RUN_STAMP): pyproject.toml
+# What running needs comes from the lock file (requirements/lock.txt: every package pinned with
+# its hashes, as the image installs it), then the project itself without resolving again.
+LOCK := requirements/lock.txt
+
+$(RUN_STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) pyproject.toml client/pyproject.toml
@@ -26,6 +31,14 @@ $(STAMP): $(RUN_STAMP) pyproject.toml client/pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The lock file from pyproject.toml's dependencies with the s3 and otel extras (the image's
+# set), for Python 3.11 on every platform, with hashes; run after changing a dependency
+# (tests/system/test_lock_file.py fails while they disagree).
+lock: $(RUN_STAMP)
+	$(PY) -m pip install -q "uv>=0.13,<0.14"
+	$(VENV)/bin/uv pip compile pyproject.toml --extra s3 --extra otel --universal \
+	  --python-version 3.11 --generate-hashes --custom-compile-command "make lock" -o $(LOCK)
 
 install-run: $(RUN_STAMP)
 

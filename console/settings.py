@@ -16,7 +16,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The project's tree (templates/, static/, manage.py): beside the packages in a checkout; an
+# image that installs the packages (not editable) names where it copied them (deploy/Dockerfile).
+BASE_DIR = Path(os.environ.get("CONSOLE_HOME") or Path(__file__).resolve().parent.parent)
 DATA_DIR = Path(os.environ.get("CONSOLE_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -433,6 +435,10 @@ CODE_VERSION = os.environ.get("CODE_VERSION", "agent-console 0.1.0")
 # The commit the code was built from, for /metrics' build info (console.metrics); when unset,
 # read from the checkout's .git if there is one.
 GIT_COMMIT = os.environ.get("GIT_COMMIT", "")
+
+# Traces (console.tracing, docs/operations.md#traces): on with OTEL_ENABLED=1, or when the
+# standard OTEL_* environment names a trace exporter or an OTLP endpoint; the SDK reads the rest.
+OTEL_ENABLED = os.environ.get("OTEL_ENABLED", "0") == "1"
 
 # Notifications (docs/notifications.md). Email through Django's email framework: SMTP when
 # EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -30,11 +31,13 @@ from runtime.errors import StaleLease
 from runtime.executions import execution_current
 from runtime.logcontext import work_bound
 from runtime.models import Operation
+from runtime.outbox import outbox_continued, outbox_traces
 from runtime.publish import DRAIN_QUEUE, publish
 from runtime.slots import Slot, slot_reserve
 from runtime.stopping import CancelWatch
 from runtime.tool_invocation import tool_invoke
 from runtime.tools.base import adapters, waits
+from runtime.tracing import annotate, continued, span, work_span
 from runtime.transitions.accept import lease_report
 from runtime.transitions.accept_batch import operations_report_batch
 from runtime.transitions.accept_decision import Report
@@ -45,6 +48,7 @@ from runtime.transitions.handover import operation_report_and_claim
 from runtime.transitions.lease import Lease
 
 log = logging.getLogger(__name__)
+Trace = dict[str, Any] | None  # a stored trace context (runtime.tracing.carrier)
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,12 @@ def operation_deliver(operation_id: str) -> Delivery:
     """Run one delivery of an operation (claim, invoke, report). Preconditions: no transaction
     open."""
     execution_id = execution_current()
-    # Every log line about this delivery carries its ids (runtime.logcontext).
-    with work_bound(operation_id=operation_id, execution_id=execution_id):
+    # Every log line about this delivery carries its ids (runtime.logcontext), and its spans
+    # continue the proposal's trace (runtime.tracing).
+    with (
+        work_bound(operation_id=operation_id, execution_id=execution_id),
+        outbox_continued(operation_id),
+    ):
         return _execute(operation_id, execution_id)
 
 
@@ -96,7 +104,20 @@ def _execute(operation_id: str, execution_id: str) -> Delivery:
 
 
 def _claim(operation_id: str, execution_id: str) -> Lease | Refusal:
-    return contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
+    with span("operation.claim", operation_id=operation_id, execution_id=execution_id) as current:
+        claim = contention_retry(lambda: operation_claim(operation_id, execution_id=execution_id))
+        if current is None:
+            return claim  # tracing off
+        if isinstance(claim, Refusal):
+            annotate(current, refused=claim.reason)
+        else:
+            annotate(
+                current,
+                task_id=claim.operation.task_id,
+                lease_generation=claim.lease_generation,
+                invocation_number=claim.invocation_number,
+            )
+        return claim
 
 
 def _leased(operation_id: str, execution_id: str, claim: Lease | Refusal) -> Lease | None:
@@ -120,7 +141,9 @@ def _run_in_slot(execution_id: str, lease: Lease, slot: Slot) -> None:
         _report(execution_id, lease, _invoke_watched(lease, terminate=slot.abandon))
 
 
-def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -> Report:
+def _invoke_watched(
+    lease: Lease, terminate: Callable[[], None] | None = None, trace: Trace = None
+) -> Report:
     """Make the claimed call under a cancel watch (a call that ignores a cancel past the grace
     period is ended by this worker: Limits; ``terminate`` is how, after it settled the call:
     by default this process ends)."""
@@ -131,13 +154,16 @@ def _invoke_watched(lease: Lease, terminate: Callable[[], None] | None = None) -
         state_version=lease.state_version,
         terminate=terminate,
     ):
-        return _invoke(lease.operation, lease)
+        return _invoke(lease.operation, lease, trace)
 
 
 def _report(execution_id: str, lease: Lease, report: Report) -> str:
     operation_id = lease.operation_id
     try:
-        lease_report(lease, report, execution_id=execution_id)
+        with work_span(
+            "operation.accept", lease, execution_id=execution_id, outcome=report.outcome
+        ):
+            lease_report(lease, report, execution_id=execution_id)
     except StaleLease:
         log.info(
             "late result for %s under generation %s rejected", operation_id, lease.lease_generation
@@ -296,9 +322,12 @@ class _Singles:
         """Claim ``operation_id`` (with the acceptance of the call made before it, if any) and
         make the call; its report waits for the next call or ``settle``."""
         execution_id = self.execution_id
+        # The call's own trace (it came with no message), read before the claim spends its row.
+        trace = outbox_traces([operation_id]).get(operation_id)
         with work_bound(operation_id=operation_id, execution_id=execution_id):
             if self.pending is None:
-                claim = _claim(operation_id, execution_id)
+                with continued(trace):
+                    claim = _claim(operation_id, execution_id)
             else:
                 made, report = self.pending
                 self.pending = None
@@ -310,7 +339,7 @@ class _Singles:
             lease = _leased(operation_id, execution_id, claim)
             if lease is not None:
                 with work_bound(lease.operation):
-                    self.pending = (lease, _invoke_watched(lease))
+                    self.pending = (lease, _invoke_watched(lease, trace=trace))
 
     def settle(self) -> None:
         """Report the call made, alone (no next call to hand over to)."""
@@ -324,12 +353,16 @@ class _Singles:
 def _drain_batch(ids: list[str], tools: list[str], execution_id: str) -> int:
     if not ids:
         return 0
+    traces = outbox_traces(ids)  # each call's own trace (none of them came with a message)
     batch = contention_retry(lambda: operations_claim_batch(ids, tools, execution_id=execution_id))
     if batch.leases:
         crash_point("drain.after_claim")
         # Quick calls only: each is made in turn, without a cancel watch (a cancel requested
         # meanwhile is settled by the acceptance, which finds the task stopping).
-        reports = [(lease.operation, _invoke(lease.operation, lease)) for lease in batch.leases]
+        reports = [
+            (lease.operation, _invoke(lease.operation, lease, traces.get(lease.operation_id)))
+            for lease in batch.leases
+        ]
         operations_report_batch(
             reports, lease_token=batch.leases[0].lease_token, execution_id=execution_id
         )
@@ -346,7 +379,16 @@ def _drain_again(queue: str) -> None:
         log.warning("could not hand %s's backlog on", queue, exc_info=True)
 
 
-def _invoke(op: Operation, lease: Lease) -> Report:
-    """Run the adapter outside any transaction: the receiver's commit is its own."""
-    with work_bound(op):
-        return tool_invoke(op, lease)
+def _invoke(op: Operation, lease: Lease, trace: Trace = None) -> Report:
+    """Run the adapter outside any transaction: the receiver's commit is its own; ``trace``:
+    the one the call continues when it is not the current one (a drainer's call)."""
+    with (
+        work_bound(op),
+        continued(trace),
+        work_span(
+            "operation.tool_call", lease, tool=op.tool, tool_version=op.tool_version
+        ) as current,
+    ):
+        report = tool_invoke(op, lease)
+        annotate(current, outcome=report.outcome, error_kind=report.error_kind or None)
+        return report

@@ -5,6 +5,7 @@ that no claim consumed in time. Losing Redis loses no work; duplicates are dropp
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,12 +14,14 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from runtime.admission import tool_class_of
 from runtime.drainers import queues_waiting
 from runtime.logcontext import REQUEST_ID, request_id_current
 from runtime.models import Operation, OutboxMessage
 from runtime.publish import EXECUTE_OPERATION, publish
+from runtime.tracing import carrier, continued, has_current, tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -28,27 +31,61 @@ TOPIC_EXECUTE = "operation.execute"
 _COUNTDOWN_LIMIT = 60.0
 
 
-def outbox_payload() -> dict[str, str]:
-    """What an outbox row written now carries beside its operation: the id of the request that
-    caused the work, when one is bound (runtime.logcontext), so that a message the sweeper
-    publishes again carries it as the first did."""
+# An announcement's payload when neither a trace nor a request is bound (one object, not one
+# per statement).
+_NO_PAYLOAD = Jsonb({})
+
+
+def outbox_payload_dict() -> dict[str, str]:
+    """What an outbox row written now carries beside its operation: the trace context the work
+    continues (runtime.tracing; empty while tracing is off) and the id of the request that
+    caused it (runtime.logcontext), so that a message the sweeper publishes again carries both
+    as the first did."""
+    payload = carrier()
     request_id = request_id_current()
-    return {REQUEST_ID: request_id} if request_id else {}
+    if request_id:
+        payload[REQUEST_ID] = request_id
+    return payload
+
+
+def outbox_payload() -> Jsonb:
+    """``outbox_payload_dict`` as a one-statement form binds it (``outbox_announce``)."""
+    payload = outbox_payload_dict()
+    return Jsonb(payload) if payload else _NO_PAYLOAD
 
 
 def outbox_enqueue_txn(
     *, topic: str, operation_id: str, now: datetime, available_at: datetime | None = None
 ) -> OutboxMessage:
-    """Write an outbox row in the caller's transaction and publish it once that commits."""
+    """Write an outbox row in the caller's transaction and publish it once that commits; the
+    row keeps the current trace context and request id, as ``outbox_payload`` does."""
     message = OutboxMessage.objects.create(
         topic=topic,
         operation_id=operation_id,
-        payload=outbox_payload(),
+        payload=outbox_payload_dict(),
         created_at=now,
         available_at=available_at or now,
     )
     transaction.on_commit(lambda: outbox_publish([message]))
     return message
+
+
+def outbox_traces(operation_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The trace context each operation's latest announcement kept (its ``payload``), for work
+    taken without a message that carried it (a drainer's, a call made in process): one read,
+    made only while tracing is on (runtime.executor), before the claim spends the rows."""
+    if not tracing_enabled() or not operation_ids:
+        return {}
+    rows = OutboxMessage.objects.filter(operation_id__in=operation_ids).order_by("pk")
+    return {op: payload for op, payload in rows.values_list("operation_id", "payload") if payload}
+
+
+def outbox_continued(operation_id: str) -> AbstractContextManager[None]:
+    """The trace a delivery continues: its message's (Celery's instrumentation made it current
+    from the headers), else the one its announcement kept. Nothing is read while off."""
+    if has_current():
+        return nullcontext()
+    return continued(outbox_traces([operation_id]).get(operation_id))  # type: ignore[no-any-return]
 
 
 def outbox_consume_txn(operation_id: str) -> None:
@@ -84,14 +121,18 @@ def outbox_publish(messages: list[OutboxMessage], queues: dict[str, str] | None 
         # None: the default queue (task_default_queue).
         queue: Any = routes.get(message.operation_id or "")
         try:
-            publish(
-                EXECUTE_OPERATION,
-                message.operation_id,
-                message.pk,
-                countdown=max(0.0, delay),
-                queue=queue,
-                request_id=(message.payload or {}).get(REQUEST_ID),
-            )
+            # Sent in the trace the row kept (Celery's instrumentation puts it into the
+            # message's headers), also when the sweeper sends a lost message again, and with
+            # the id of the request that caused the work.
+            with continued(message.payload if tracing_enabled() else None):
+                publish(
+                    EXECUTE_OPERATION,
+                    message.operation_id,
+                    message.pk,
+                    countdown=max(0.0, delay),
+                    queue=queue,
+                    request_id=(message.payload or {}).get(REQUEST_ID),
+                )
             sent += 1
         except Exception:
             log.warning(

@@ -59,13 +59,17 @@ def publish(
     )
 
 
-def message_now(name: str, *args: Any, queue: str | None = None) -> tuple[str, bytes] | None:
+def message_now(
+    name: str, *args: Any, queue: str | None = None, trace: dict[str, str] | None = None
+) -> tuple[str, bytes] | None:
     """The broker list and the bytes ``publish(name, *args, queue=queue)`` would push, for a
     caller that pushes them itself (in one round trip with a look at the drainers:
     runtime.drainers.announce_or_push): one ``LPUSH`` onto the list named after the queue.
     None where that shape does not hold (the embedded broker, a broker other than REDIS_URL,
     transport options that rename lists, a queue not of Celery's default kind): then
-    ``publish``. A test compares these bytes with what ``publish`` pushes."""
+    ``publish``. A test compares these bytes with what ``publish`` pushes. ``trace``: the trace
+    context the work continues (runtime.tracing.carrier), in the headers where Celery's
+    instrumentation puts it on ``publish`` (the worker's side reads it from there)."""
     if settings.EMBEDDED_BROKER or settings.CELERY_BROKER_URL != settings.REDIS_URL:
         return None
     app = current_app
@@ -88,7 +92,14 @@ def message_now(name: str, *args: Any, queue: str | None = None) -> tuple[str, b
         **envelope,
         "body": base64.b64encode(body).decode(),
         # argsrepr as Celery's saferepr writes it for ids and numbers (the test compares them).
-        "headers": {**headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args), **ids},
+        "headers": {
+            **headers,
+            **(trace or {}),
+            "id": task_id,
+            "root_id": task_id,
+            "argsrepr": repr(args),
+            **ids,
+        },
         "properties": {**properties, "correlation_id": task_id, "delivery_tag": uuid()},
     }
     return queue, json.dumps(message).encode()

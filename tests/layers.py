@@ -45,6 +45,7 @@ BOTTOM = (
     "runtime.text",
     "runtime.crashpoints",
     "runtime.sqlfiles",
+    "runtime.tracing",
     "runtime.rules",
 )
 

@@ -68,10 +68,11 @@ FROM c JOIN task ON task.id = c.task_id
 -- name: outbox_announce
 -- The outbox row announcing worker-run work of operation {{operation}}, due at
 -- {{available_at}}, for each row of {{rows}} (the includer adds its RETURNING); its payload
--- names the request that caused the work (outbox.outbox_payload).
+-- names the request that caused the work and the trace context it continues
+-- (runtime.outbox.outbox_payload: empty when neither is bound).
 INSERT INTO runtime_outboxmessage
   (topic, operation_id, payload, created_at, available_at, publish_count)
-SELECT 'operation.execute', {{operation}}, %(outbox_payload)s::jsonb, %(now)s, {{available_at}}, 0
+SELECT 'operation.execute', {{operation}}, %(outbox_payload)s, %(now)s, {{available_at}}, 0
 FROM {{rows}}
 
 

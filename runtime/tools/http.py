@@ -31,6 +31,7 @@ from runtime.models.tools import DeclaredToolKind
 from runtime.tools.base import InvocationContext, ToolFailure, ToolResult
 from runtime.tools.declared import KINDS, Declared, secret_open
 from runtime.tools.outbound import Answer, answer_check, http_request
+from runtime.tracing import inject
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class HttpTool(Declared):
             OPERATION_HEADER: ctx.operation_id,
             **self._auth(),
         }
+        # The receiver continues the agent's trace (traceparent: runtime.tracing), when on.
+        inject(headers)
         body = None
         if params is not None and method == "GET":
             url = _with_query(url, params)

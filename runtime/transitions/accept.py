@@ -256,7 +256,7 @@ def accept_txn(
         "receipt": None if acceptance.receipt is None else Jsonb(acceptance.receipt),
         "handle": acceptance.provider_handle[:300],
         "announce": announce,
-        "outbox_payload": Jsonb(outbox_payload()),
+        "outbox_payload": outbox_payload(),
         "now": now,
         "event_type": f"operation.{acceptance.edge}",
         "actor": actor,
@@ -366,8 +366,7 @@ def agent_report(
     (an old generation, another claim's token, a lease the sweeper took back) is refused with
     StaleLease and recorded.
 
-    Preconditions: the actor may see the operation and is its executor; no transaction open.
-    """
+    Preconditions: the actor may see the operation and is its executor; no transaction open."""
     current = Operation.objects.get(pk=op.pk)
     if (
         current.lease_generation == lease_generation

@@ -20,7 +20,7 @@ from runtime.drainers import queue_of
 from runtime.errors import StaleLease
 from runtime.logcontext import transition_fields
 from runtime.models import Operation
-from runtime.outbox import outbox_payload, outbox_publish
+from runtime.outbox import outbox_payload, outbox_payload_dict, outbox_publish
 from runtime.rules.general_writer import ACCEPT_BATCH, general_writer_needed
 from runtime.rules.statuses import OperationStatus
 from runtime.rules.stop import stopping
@@ -230,7 +230,7 @@ def _journal_params(
         "announce_ats": [
             (a.next_attempt_at or now) if a.target == S.RETRY_SCHEDULED else None for _, a in batch
         ],
-        "outbox_payload": Jsonb(outbox_payload()),
+        "outbox_payload": outbox_payload(),
         "now": now,
         "actor": actor,
     }
@@ -243,11 +243,14 @@ def _after_commit(
     the batch commits (``out``: the journal statement's rows, a task's or an outbox row's)."""
     edges = {op.task_id: f"operation.{a.edge}" for op, a in batch}
     announced = []
+    trace = outbox_payload_dict()  # what the statement wrote as the rows' payload
     for row in out:
         if row["kind"] == "task":
             hint_seq_after_commit(row["key"], row["number"], edges[row["key"]])
         else:
-            announced.append(announcement(row["number"], row["key"], row["available_at"], now))
+            announced.append(
+                announcement(row["number"], row["key"], row["available_at"], now, trace)
+            )
     if announced:
         queues = {op.pk: queue_of(op.tool) for op, _ in batch}
         transaction.on_commit(lambda: outbox_publish(announced, queues))

@@ -40,7 +40,7 @@ from runtime.drainers import announce_or_push, drain_announce, queue_of
 from runtime.events import JOURNAL_SLOTS, TaskRow, event_committed, event_hint
 from runtime.logcontext import transition_fields, transition_log
 from runtime.models import Operation, OutboxMessage
-from runtime.outbox import outbox_publish
+from runtime.outbox import outbox_payload_dict, outbox_publish
 from runtime.publish import EXECUTE_OPERATION, message_now
 from runtime.rules.admission import admission_refusal_sql
 from runtime.rules.claim import (
@@ -135,13 +135,19 @@ def log_after_commit(logged: list[dict[str, Any]]) -> None:
 
 
 def announcement(
-    outbox_id: int, operation_id: str, available_at: datetime, now: datetime
+    outbox_id: int,
+    operation_id: str,
+    available_at: datetime,
+    now: datetime,
+    trace: dict[str, str] | None = None,
 ) -> OutboxMessage:
-    """The outbox row a statement wrote (``outbox_announce``), as the relay publishes it."""
+    """The outbox row a statement wrote (``outbox_announce``), as the relay publishes it
+    (``trace``: the payload it was written with, runtime.outbox.outbox_payload_dict)."""
     return OutboxMessage(
         pk=outbox_id,
         topic="operation.execute",
         operation_id=operation_id,
+        payload=trace or {},
         created_at=now,
         available_at=available_at,
     )
@@ -164,10 +170,17 @@ def publish_after_commit(
     if outbox_id is None:
         return
     queue = queue_of(op.tool)
+    # What the statement's row keeps (its trace context, its request id): the commit may come
+    # after the statement's span.
+    trace = outbox_payload_dict()
 
     def publish() -> None:
         due = available_at <= now
-        message = message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue) if due else None
+        message = (
+            message_now(EXECUTE_OPERATION, op.pk, outbox_id, queue=queue, trace=trace)
+            if due
+            else None
+        )
         if message is None:
             if drained and drain_announce(queue, op.pk, single=single):
                 return
@@ -175,7 +188,7 @@ def publish_after_commit(
             return
         # Redis failed the script (not asked again), or no drainer took the call: Celery's
         # publish, whose failure the sweeper covers.
-        outbox_publish([announcement(outbox_id, op.pk, available_at, now)], {op.pk: queue})
+        outbox_publish([announcement(outbox_id, op.pk, available_at, now, trace)], {op.pk: queue})
 
     transaction.on_commit(publish)
 

@@ -45,6 +45,7 @@ from runtime.sqlfiles import queries
 from runtime.tasks import given_key_validate, operation_by_legacy_key, operation_key
 from runtime.text import name_check
 from runtime.tools import ToolAdapter, adapter_for
+from runtime.tracing import annotate, span
 from runtime.transitions.fast import SLOTS, deltas_params, hint_after_commit, publish_after_commit
 from runtime.transitions.insert import operation_insert_txn
 from runtime.transitions.propose_wait import wait_propose
@@ -111,10 +112,16 @@ def operation_propose_txn(
 def _proposal(
     actor: Actor, task_id: str, spec: OperationSpec, *, in_caller: bool
 ) -> tuple[Operation, bool]:
-    if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
-        return wait_propose(actor, task_id, spec)
-    _validate(spec)
-    return attempt_bound(lambda: _propose(actor, task_id, spec, in_caller=in_caller))
+    # The proposal's span (runtime.tracing): the outbox row keeps its context, so the claim,
+    # the tool call and the acceptance are its children wherever they run.
+    with span("operation.propose", task_id=task_id, tool=spec.tool, step=spec.step) as current:
+        if spec.kind in (Operation.KIND_WAIT_SIGNAL, Operation.KIND_TIMER):
+            op, created = wait_propose(actor, task_id, spec)
+        else:
+            _validate(spec)
+            op, created = attempt_bound(lambda: _propose(actor, task_id, spec, in_caller=in_caller))
+        annotate(current, operation_id=op.pk, created=created)
+        return op, created
 
 
 def _statement_block(tool: str, *, in_caller: bool) -> AbstractContextManager[Any]:
@@ -380,7 +387,7 @@ def _propose_params(op: Operation, *, announce: bool, actor: str, now: datetime)
         "signal": op.signal,
         "timeout_seconds": op.timeout_seconds,
         "announce": announce,
-        "outbox_payload": Jsonb(outbox_payload()),
+        "outbox_payload": outbox_payload(),
         "now": now,
         "event_type": "operation.proposed",
         "actor": actor,

@@ -60,13 +60,19 @@ def compose(env: dict[str, str]) -> dict[str, Any]:
     return interpolate(loaded, env)  # type: ignore[no-any-return]
 
 
+# Read by a library the settings hand over to: boto3's credentials for the artifact bucket
+# (S3_BUCKET, django-storages).
+READ_BY_LIBRARIES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+
+
 def environment_names_read() -> set[str]:
-    """Every environment variable the code reads (settings, the server, the runtime)."""
+    """Every environment variable the code reads (settings, the server, the runtime), and those
+    libraries read for it (``READ_BY_LIBRARIES``)."""
     pattern = re.compile(
         r"(?:environ\.get\(|environ\[|environ\.setdefault\(|getenv\(|_env_int\(|_required\("
         r"|_env_map\(|_env_names\()\s*\"([A-Z][A-Z0-9_]*)\""
     )
-    names: set[str] = set()
+    names: set[str] = set(READ_BY_LIBRARIES)
     for package in ("console", "runtime"):
         for path in (ROOT / package).rglob("*.py"):
             names.update(pattern.findall(path.read_text()))

@@ -57,10 +57,14 @@ def _install_lines(target: str, venv: Path) -> list[list[str]]:
 
 
 def _requirements(lines: list[list[str]]) -> list[str]:
+    """What the lines install: requirements, and ``-r FILE`` for a requirements file."""
     found = []
     for words in lines:
-        for word in words[words.index("install") + 1 :]:
-            if not word.startswith("-"):
+        args = words[words.index("install") + 1 :]
+        for i, word in enumerate(args):
+            if word == "-r":
+                found.append(f"-r {args[i + 1]}")
+            elif not word.startswith("-") and (i == 0 or args[i - 1] != "-r"):
                 found.append(word)
     return found
 
@@ -70,21 +74,27 @@ def _normalise(name: str) -> str:
 
 
 def test_make_run_installs_the_project_alone(tmp_path: Path):
+    # The project's locked dependencies (requirements/lock.txt, tests/system/test_lock_file.py),
+    # then the project itself without resolving again.
     requirements = _requirements(_install_lines("run", tmp_path / "venv"))
-    assert requirements == ["."], f"`make run` installs {requirements}: only `.` belongs there"
+    assert requirements == ["-r requirements/lock.txt", "."], (
+        f"`make run` installs {requirements}: only the lock file and `.` belong there"
+    )
     # `make test` still installs the tools (so the check above is not vacuous).
     assert ".[dev]" in _requirements(_install_lines("test", tmp_path / "venv"))
 
 
 def test_make_runs_install_set_excludes_the_test_tools(tmp_path: Path):
-    requirements = _requirements(_install_lines("run", tmp_path / "venv"))
+    lines = _install_lines("run", tmp_path / "venv")
+    # The line that brings dependencies (the project's own is --no-deps), as make runs it.
+    (locked,) = [words for words in lines if "-r" in words]
     report = tmp_path / "report.json"
     try:
         resolved = subprocess.run(
             [
                 *(sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"),
                 *("--quiet", "--disable-pip-version-check", "--report", str(report)),
-                *requirements,
+                *locked[locked.index("install") + 1 :],
             ],
             cwd=ROOT,
             capture_output=True,
@@ -97,9 +107,10 @@ def test_make_runs_install_set_excludes_the_test_tools(tmp_path: Path):
     if resolved.returncode != 0:
         if any(word in resolved.stderr for word in UNREACHABLE):
             pytest.skip(f"the package index is unreachable: {resolved.stderr.strip()[-300:]}")
-        pytest.fail(f"pip could not resolve {requirements}: {resolved.stderr[-2000:]}")
+        pytest.fail(f"pip could not resolve {locked}: {resolved.stderr[-2000:]}")
     names = {
         _normalise(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]
     }
-    assert "agent-console" in names and "django" in names, sorted(names)
+    assert "django" in names and "celery" in names, sorted(names)
+    assert all("--no-deps" in words for words in lines if "-r" not in words)
     assert not names & DEV_TOOLS, f"`make run` would install {sorted(names & DEV_TOOLS)}"

@@ -47,7 +47,7 @@ WITH c AS (
 ), announce AS (
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', c.id, %(outbox_payload)s::jsonb, %(now)s, c.announce_at, 0
+  SELECT 'operation.execute', c.id, %(outbox_payload)s, %(now)s, c.announce_at, 0
   FROM c WHERE c.announce_at IS NOT NULL
   RETURNING id, operation_id, available_at
 )

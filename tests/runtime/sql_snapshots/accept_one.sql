@@ -47,7 +47,7 @@ WITH op AS (
 ), announce AS (
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, %(outbox_payload)s::jsonb, %(now)s, %(next_at)s, 0
+  SELECT 'operation.execute', op.id, %(outbox_payload)s, %(now)s, %(next_at)s, 0
   FROM op WHERE %(announce)s
   RETURNING id
 )

@@ -45,7 +45,7 @@ WITH cur AS (
 ), announce AS (
   INSERT INTO runtime_outboxmessage
     (topic, operation_id, payload, created_at, available_at, publish_count)
-  SELECT 'operation.execute', op.id, %(outbox_payload)s::jsonb, %(now)s, %(now)s, 0
+  SELECT 'operation.execute', op.id, %(outbox_payload)s, %(now)s, %(now)s, 0
   FROM op WHERE %(announce)s
   RETURNING id
 )
