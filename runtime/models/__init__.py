@@ -30,6 +30,7 @@ from runtime.models.requests import IdempotentRequest
 from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.tasks import Attempt, Task, TaskCount
 from runtime.models.tools import DeclaredTool, DeclaredToolVersion
+from runtime.models.worklist import Claim
 
 __all__ = [
     "Agent",
@@ -42,6 +43,7 @@ __all__ = [
     "BudgetHold",
     "BudgetMeter",
     "CheckResult",
+    "Claim",
     "ContentKey",
     "DeclaredTool",
     "DeclaredToolVersion",
