@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from console.web import history
+from console.web import history, worklist
 from console.web.views import console_view, json_text
 from runtime import events as journal
 from runtime import policy, resolutions
@@ -97,9 +97,17 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
     return rows
 
 
-def _context(actor: Actor) -> dict[str, Any]:
+def _context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
+    view = worklist.view_of(request)
+    rows, tabs = worklist.worked_rows(
+        actor, "unresolved", _rows(actor), lambda row: row["op"].pk, view, {}
+    )
+    query = f"?view={view}"
     return {
-        "rows": _rows(actor),
+        "rows": rows,
+        "tabs": tabs,
+        "fragment_url": "/fragments/unresolved" + query,
+        "back": "/unresolved/" + query,
         "can_resolve": policy.allowed(policy.can_resolve, actor),
         "feed_head": journal.feed_head(),
     }
@@ -113,13 +121,13 @@ def unresolved(request: HttpRequest, actor: Actor) -> HttpResponse:
         return history.resolution_history_page(request, actor)
     if status != "unresolved":
         raise InvalidInput("status is unresolved (the queue) or resolved (its history)")
-    return render(request, "console/unresolved.html", _context(actor))
+    return render(request, "console/unresolved.html", _context(request, actor))
 
 
 @require_GET
 @console_view
 def unresolved_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
-    return render(request, "console/_unresolved_rows.html", _context(actor))
+    return render(request, "console/_unresolved_rows.html", _context(request, actor))
 
 
 @require_POST
