@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runtime import worklist
+from runtime import approvals, resolutions, worklist
 from runtime.errors import Conflict, InvalidInput, NotAuthorized, NotFound
 from runtime.models import Approval, Claim, Event
 from runtime.selectors.worklist import claims_live, comments_of, in_view, people_for
@@ -222,3 +222,33 @@ def test_two_people_taking_the_same_item_at_once_exactly_one_wins():
     [winner] = [o for o in outcomes if o != "item_taken"]
     assert list(Claim.objects.values_list("holder_id", flat=True)) == [winner]
     assert len(_journal(op, worklist.TAKEN)) == 1
+
+
+@pytest.mark.django_db
+def test_an_edited_request_stays_the_same_item_with_its_holder_and_comments():
+    op = _request()
+    alice = factories.console_user("operator")
+    worklist.claim_take(alice.actor, APPROVALS, op.pk)
+    worklist.comment_add(alice.actor, APPROVALS, op.pk, text="amount looks high")
+    old = Approval.objects.get(operation=op, status="pending")
+    new = approvals.approval_edit(
+        alice.actor, old.pk, params={"account": "a-1", "amount_cents": 20000}, reason="lower"
+    )
+    assert new.pk != old.pk and new.operation_id == op.pk
+    assert op.pk in claims_live(APPROVALS, [op.pk], timezone.now())
+    assert [e.data["text"] for e in comments_of([op.pk])[op.pk]] == ["amount looks high"]
+
+
+@pytest.mark.django_db
+def test_a_settled_item_can_no_longer_be_taken_but_still_takes_a_comment():
+    op = factories.unresolved_operation()
+    sue = factories.console_user("support")
+    worklist.claim_take(sue.actor, UNRESOLVED, op.pk)
+    resolutions.operation_resolve(
+        sue.actor, op.pk, resolution="no_effect", evidence="checked", state_version=op.state_version
+    )
+    with pytest.raises(Conflict, match="no longer waits") as refused:
+        worklist.claim_take(sue.actor, UNRESOLVED, op.pk)
+    assert refused.value.code == "item_settled"
+    # A note on what was decided is still welcome.
+    worklist.comment_add(sue.actor, UNRESOLVED, op.pk, text="settled: no effect")
