@@ -43,6 +43,7 @@ urlpatterns = [
     ),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
+    path("unresolved/bulk", support.resolve_bulk, name="unresolved-bulk"),
     path("unresolved/<id:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
     path("work/<str:queue>/<id:operation_id>", worklist.work_action, name="work-action"),
     path("approvals/", humans.approvals_page, name="approvals"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runtime.models import Approval, Claim, Event
+from runtime.models import Approval, Claim, Event, Resolution
 from tests import factories
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -154,3 +154,49 @@ def test_the_actions_need_the_csrf_token():
     sue, _ = _browser("support", csrf=True)
     assert _act(sue, "unresolved", op, "take").status_code in (403, 303)
     assert not Claim.objects.exists()
+
+
+def test_alike_unresolved_operations_are_grouped_and_settled_together_with_the_evidence():
+    owner = factories.agent()
+    task = factories.task(owner, "tell the customers")
+    ops = [factories.unresolved_operation(owner, task) for _ in range(3)]
+    sue, sue_p = _browser("support")
+    page = sue.get("/unresolved/").content.decode()
+    assert 'data-group-size="3"' in page and "3 alike · demo.notify" in page
+    for op in ops:
+        assert f'value="{op.pk}|{op.state_version}" checked' in page
+    response = sue.post(
+        "/unresolved/bulk",
+        {
+            "selected": [f"{op.pk}|{op.state_version}" for op in ops[:2]],
+            "resolution": "no_effect",
+            "evidence": "provider log: <b>nothing</b> sent",
+        },
+    )
+    assert response.status_code == 302
+    settled = Resolution.objects.filter(operation__in=ops)
+    assert sorted(r.operation_id for r in settled) == sorted(op.pk for op in ops[:2])
+    assert {(r.actor, r.evidence) for r in settled} == {
+        (sue_p.actor.label, "provider log: <b>nothing</b> sent")
+    }
+    page = sue.get("/unresolved/").content.decode()
+    assert f"Resolved {ops[0].pk} (mark no effect)" in page
+    # One left is no group.
+    assert "data-group-size" not in page
+
+
+def test_an_operator_cannot_settle_a_group():
+    owner = factories.agent()
+    task = factories.task(owner)
+    ops = [factories.unresolved_operation(owner, task) for _ in range(2)]
+    olga, _ = _browser("operator")
+    assert "Settle together" not in olga.get("/unresolved/").content.decode()
+    response = olga.post(
+        "/unresolved/bulk",
+        {
+            "selected": [f"{op.pk}|{op.state_version}" for op in ops],
+            "resolution": "no_effect",
+            "evidence": "x",
+        },
+    )
+    assert response.status_code == 403 and not Resolution.objects.exists()
