@@ -33,6 +33,7 @@ from runtime.models import (
     Approval,
     Attempt,
     AuditRecord,
+    Claim,
     DeclaredTool,
     DeclaredToolVersion,
     Event,
@@ -154,6 +155,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "unresolved/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/unresolved"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "unresolved/<id:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "unresolved/bulk"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "work/<str:queue>/<id:operation_id>"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
     # Finding things (issue 24): the tool catalogue for every authenticated caller; an
     # operation's page and the catalogue's page for every console role.
     ("GET", "api/v1/tools"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
@@ -236,6 +239,8 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "resolution": "no_effect",
         "evidence": "matrix",
     },
+    # A comment on an item of the support queue (a take would be refused while it is settled).
+    ("POST", "work/<str:queue>/<id:operation_id>"): {"action": "comment", "text": "matrix"},
     ("POST", "api/v1/approvals/<id:approval_id>/decision"): {
         "decision": "deny",
         "reason": "matrix",
@@ -442,6 +447,7 @@ def _snapshot() -> tuple[Any, ...]:
         ScheduleEvent.objects.count(),
         DeclaredTool.objects.count(),
         DeclaredToolVersion.objects.count(),
+        Claim.objects.count(),
     )
 
 
@@ -462,6 +468,7 @@ def _path(route: str, w: World) -> str:
         "schedule_id": w.schedule.pk,
         "endpoint_id": "nep_matrix",
         "name": w.declared,
+        "queue": "unresolved",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
 
@@ -507,6 +514,9 @@ class TestHttpCells:
         if route == "api/v1/approvals/decisions":
             item = {"approval": world.approval.pk, "decision": "deny", "reason": "matrix"}
             body = {"decisions": [item]}
+        if route == "unresolved/bulk":
+            op = world.unresolved_op
+            body = {"resolution": "no_effect", "evidence": "matrix", "selected": f"{op.pk}|1"}
         if route == "approvals/bulk":
             body = {"decision": "deny", "reason": "matrix", "selected": world.approval.pk + "|"}
         before = _snapshot()
