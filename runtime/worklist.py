@@ -28,7 +28,7 @@ from runtime.models.worklist import QUEUE_APPROVALS, QUEUES
 from runtime.policy import can_work_on
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.operations import operation_get
-from runtime.selectors.worklist import COMMENTED, claim_cutoff
+from runtime.selectors.worklist import COMMENTED, returned
 
 S = OperationStatus
 
@@ -98,7 +98,7 @@ def _hold_txn(op: Operation, queue: str, by: Actor, holder_id: int, now: datetim
     """Make ``holder_id`` the item's holder as of ``now``, on behalf of ``by``: allowed when
     nobody holds it (a returned claim counts as nobody) or ``by`` does. Two takers racing on an
     unheld item both insert; the unique key lets one commit and fails the other (ItemTaken)."""
-    Claim.objects.filter(operation=op, queue=queue, taken_at__lt=claim_cutoff(now)).delete()
+    Claim.objects.filter(returned(now), operation=op, queue=queue).delete()
     given_by = "" if holder_id == by.user_id else by.label
     current = Claim.objects.select_for_update().filter(operation=op, queue=queue).first()
     if current is not None:
@@ -169,7 +169,8 @@ def claim_release(actor: Actor, queue: str, operation_id: str) -> None:
         op = operation_get(actor, operation_id)
         claim = (
             Claim.objects.select_for_update()
-            .filter(operation=op, queue=queue, taken_at__gte=claim_cutoff(now))
+            .filter(operation=op, queue=queue)
+            .exclude(returned(now))
             .first()
         )
         if claim is None or claim.holder_id != actor.user_id:

@@ -37,11 +37,19 @@ def claim_cutoff(now: datetime) -> datetime:
     return now - claim_return_after()
 
 
+def returned(now: datetime) -> Q:
+    """The claims that no longer hold: taken before the cutoff, or held by an account that
+    was deactivated (someone who left cannot come back for it)."""
+    return Q(taken_at__lt=claim_cutoff(now)) | Q(holder__is_active=False)
+
+
 def claims_live(queue: str, operation_ids: Iterable[str], now: datetime) -> dict[str, Claim]:
     """The live claim of each item of ``queue`` (by operation id) that has one, with its holder."""
-    found = Claim.objects.filter(
-        queue=queue, operation_id__in=list(operation_ids), taken_at__gte=claim_cutoff(now)
-    ).select_related("holder")
+    found = (
+        Claim.objects.filter(queue=queue, operation_id__in=list(operation_ids))
+        .exclude(returned(now))
+        .select_related("holder")
+    )
     return {claim.operation_id: claim for claim in found}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from runtime import approvals, resolutions, worklist
@@ -252,3 +253,14 @@ def test_a_settled_item_can_no_longer_be_taken_but_still_takes_a_comment():
     assert refused.value.code == "item_settled"
     # A note on what was decided is still welcome.
     worklist.comment_add(sue.actor, UNRESOLVED, op.pk, text="settled: no effect")
+
+
+@pytest.mark.django_db
+def test_an_item_held_by_someone_deactivated_is_everyones_again():
+    op = _request()
+    alice, bob = factories.console_user("operator"), factories.console_user("operator")
+    worklist.claim_take(alice.actor, APPROVALS, op.pk)
+    get_user_model().objects.filter(pk=alice.actor.user_id).update(is_active=False)
+    assert claims_live(APPROVALS, [op.pk], timezone.now()) == {}
+    worklist.claim_take(bob.actor, APPROVALS, op.pk)
+    assert Claim.objects.get().holder_id == bob.actor.user_id
