@@ -119,27 +119,38 @@ def _hold_txn(op: Operation, queue: str, by: Actor, holder_id: int, now: datetim
 
 
 def claim_take(actor: Actor, queue: str, operation_id: str) -> Claim:
+    """``claim_take_txn`` in a transaction of its own."""
+    with transaction.atomic(durable=True):
+        return claim_take_txn(actor, queue, operation_id)
+
+
+def claim_take_txn(actor: Actor, queue: str, operation_id: str) -> Claim:
     """Take an item: it leaves the others' "to do" until it is released, handed over or
     returns. Taking one's own item again renews it (its return clock starts again).
 
     Preconditions: ``actor`` works ``queue`` (runtime.policy.can_work_on, 403), sees the
     operation (404) and it waits in ``queue`` (409 ``item_settled``); nobody else holds it
-    (409 ``item_taken``, naming the holder). Opens its own transaction."""
+    (409 ``item_taken``, naming the holder). Runs in the caller's transaction."""
     _checked(actor, queue)
     now = timezone.now()
-    with transaction.atomic(durable=True):
-        op = _waiting_item(actor, queue, operation_id)
-        claim = _hold_txn(op, queue, actor, actor.user_id or 0, now)
-        _journal_txn(op, actor, TAKEN, now, queue=queue, holder=actor.name)
+    op = _waiting_item(actor, queue, operation_id)
+    claim = _hold_txn(op, queue, actor, actor.user_id or 0, now)
+    _journal_txn(op, actor, TAKEN, now, queue=queue, holder=actor.name)
     return claim
 
 
 def claim_give(actor: Actor, queue: str, operation_id: str, *, to: str) -> Claim:
+    """``claim_give_txn`` in a transaction of its own."""
+    with transaction.atomic(durable=True):
+        return claim_give_txn(actor, queue, operation_id, to=to)
+
+
+def claim_give_txn(actor: Actor, queue: str, operation_id: str, *, to: str) -> Claim:
     """Hand an item to the person named ``to`` (a username), who must work ``queue`` too
     (InvalidInput, 400, naming why not). The holder hands it over; an item nobody holds may be
     handed by anyone who works the queue.
 
-    Preconditions: as ``claim_take``. Opens its own transaction."""
+    Preconditions: as ``claim_take_txn``. Runs in the caller's transaction."""
     _checked(actor, queue)
     person = get_user_model().objects.filter(username=to, is_active=True).first()
     if person is None:
@@ -150,33 +161,37 @@ def claim_give(actor: Actor, queue: str, operation_id: str, *, to: str) -> Claim
     except NotAuthorized as exc:
         raise InvalidInput(f"{to} may not work this item: {exc}") from None
     now = timezone.now()
-    with transaction.atomic(durable=True):
-        op = _waiting_item(actor, queue, operation_id)
-        claim = _hold_txn(op, queue, actor, person.pk, now)
-        _journal_txn(op, actor, GIVEN, now, queue=queue, holder=receiver.name)
+    op = _waiting_item(actor, queue, operation_id)
+    claim = _hold_txn(op, queue, actor, person.pk, now)
+    _journal_txn(op, actor, GIVEN, now, queue=queue, holder=receiver.name)
     return claim
 
 
 def claim_release(actor: Actor, queue: str, operation_id: str) -> None:
+    """``claim_release_txn`` in a transaction of its own."""
+    with transaction.atomic(durable=True):
+        claim_release_txn(actor, queue, operation_id)
+
+
+def claim_release_txn(actor: Actor, queue: str, operation_id: str) -> None:
     """Give an item back to everyone's "to do".
 
     Preconditions: ``actor`` works ``queue`` (403) and sees the operation (404); ``actor``
-    holds the item now (409 ``not_holder``: someone else's, nobody's, or returned). Opens its
-    own transaction."""
+    holds the item now (409 ``not_holder``: someone else's, nobody's, or returned). Runs in the
+    caller's transaction."""
     _checked(actor, queue)
     now = timezone.now()
-    with transaction.atomic(durable=True):
-        op = operation_get(actor, operation_id)
-        claim = (
-            Claim.objects.select_for_update()
-            .filter(operation=op, queue=queue)
-            .exclude(returned(now))
-            .first()
-        )
-        if claim is None or claim.holder_id != actor.user_id:
-            raise NotHolder("you do not hold this item: nothing was released")
-        claim.delete()
-        _journal_txn(op, actor, RELEASED, now, queue=queue)
+    op = operation_get(actor, operation_id)
+    claim = (
+        Claim.objects.select_for_update()
+        .filter(operation=op, queue=queue)
+        .exclude(returned(now))
+        .first()
+    )
+    if claim is None or claim.holder_id != actor.user_id:
+        raise NotHolder("you do not hold this item: nothing was released")
+    claim.delete()
+    _journal_txn(op, actor, RELEASED, now, queue=queue)
 
 
 def _comment_text(text: str) -> str:
@@ -197,18 +212,23 @@ def _comment_text(text: str) -> str:
 
 
 def comment_add(actor: Actor, queue: str, operation_id: str, *, text: str) -> Event:
+    """``comment_add_txn`` in a transaction of its own."""
+    with transaction.atomic(durable=True):
+        return comment_add_txn(actor, queue, operation_id, text=text)
+
+
+def comment_add_txn(actor: Actor, queue: str, operation_id: str, *, text: str) -> Event:
     """Comment on an item: a journal event of its task, naming the actor, shown on the item in
     the queue (as text, never markup). Allowed on an item settled meanwhile: a note on what was
     decided is still worth keeping.
 
     Preconditions: ``actor`` works ``queue`` (403) and sees the operation (404), which belongs
     to the queue (an approval request's operation needs approval; 404 otherwise); ``text`` is
-    not blank and at most MAX_COMMENT characters (400). Opens its own transaction."""
+    not blank and at most MAX_COMMENT characters (400). Runs in the caller's transaction."""
     _checked(actor, queue)
     text = _comment_text(text)
     now = timezone.now()
-    with transaction.atomic(durable=True):
-        op = operation_get(actor, operation_id)
-        if queue == QUEUE_APPROVALS and not op.approval_required:
-            raise NotFound("no such approval request")
-        return _journal_txn(op, actor, COMMENTED, now, queue=queue, text=text)
+    op = operation_get(actor, operation_id)
+    if queue == QUEUE_APPROVALS and not op.approval_required:
+        raise NotFound("no such approval request")
+    return _journal_txn(op, actor, COMMENTED, now, queue=queue, text=text)

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from runtime import approvals, resolutions, worklist
@@ -264,3 +265,16 @@ def test_an_item_held_by_someone_deactivated_is_everyones_again():
     assert claims_live(APPROVALS, [op.pk], timezone.now()) == {}
     worklist.claim_take(bob.actor, APPROVALS, op.pk)
     assert Claim.objects.get().holder_id == bob.actor.user_id
+
+
+@pytest.mark.django_db
+def test_the_opening_entry_refuses_a_callers_transaction_and_the_txn_one_rolls_back_with_it():
+    op = _request()
+    alice = factories.console_user("operator")
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        worklist.claim_take(alice.actor, APPROVALS, op.pk)
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        worklist.claim_take_txn(alice.actor, APPROVALS, op.pk)
+        worklist.comment_add_txn(alice.actor, APPROVALS, op.pk, text="then it failed")
+        1 / 0  # noqa: B018 (the caller fails after the take)
+    assert not Claim.objects.exists() and comments_of([op.pk])[op.pk] == []
