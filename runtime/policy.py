@@ -29,6 +29,7 @@ the Django admin) are in runtime.policy_features, by the same contract.
 | take, hand over, release, comment on an item of a | operators for approval requests, support |
 |   people's queue (runtime.worklist); be handed one |   staff for unresolved operations, admins |
 |   |   both (roles read fresh) |
+| read who holds an item and its comments | a person with a console role (roles read fresh) |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
@@ -291,6 +292,13 @@ def can_work_on(actor: Actor, queue: str) -> None:
     if role is None or not (actor.kind == "user" and fresh(actor).has_role(role)):
         who = "operators" if queue == QUEUE_APPROVALS else "support staff"
         raise NotAuthorized(f"the {queue} queue is worked by {who} and admins")
+
+
+def can_read_worklist(actor: Actor) -> None:
+    """Who holds an item of a people's queue and its comments: a person with a console role
+    now (the queue pages show them to every console role; acting needs ``can_work_on``)."""
+    if not (actor.kind == "user" and fresh(actor).is_console):
+        raise NotAuthorized("who works on what is read by people with a console role")
 
 
 def can_manage_waits(actor: Actor) -> None:

@@ -16,8 +16,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 
 from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor
-from runtime.models import Claim, Event
-from runtime.models.worklist import QUEUE_APPROVALS
+from runtime.errors import InvalidInput
+from runtime.models import Claim, Event, Operation
+from runtime.models.worklist import QUEUE_APPROVALS, QUEUES
+from runtime.policy import can_read_worklist
+from runtime.selectors.operations import operation_get
 
 COMMENTED = "comment.added"
 
@@ -61,6 +64,19 @@ def comments_of(operation_ids: Iterable[str]) -> dict[str, list[Event]]:
     for event in rows:
         found[str(event.operation_id)].append(event)
     return found
+
+
+def work_item(
+    actor: Actor, queue: str, operation_id: str, now: datetime
+) -> tuple[Operation, Claim | None, list[Event]]:
+    """An item of ``queue`` as the API reads it: the operation (NotFound when unseen), its live
+    claim (None: nobody holds it) and its comments. Needs a console role (``can_read_worklist``).
+    """
+    can_read_worklist(actor)
+    if queue not in QUEUES:
+        raise InvalidInput(f"queue must be one of {', '.join(QUEUES)}")
+    op = operation_get(actor, operation_id)
+    return op, claims_live(queue, [op.pk], now).get(op.pk), comments_of([op.pk])[op.pk]
 
 
 def people_for(queue: str) -> list[tuple[int, str]]:

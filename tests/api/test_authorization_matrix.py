@@ -93,6 +93,11 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "api/v1/operations/<id:operation_id>/complete"): (401, 409, 404, 403, 403, 403, 403, 403, 403),
     ("POST", "api/v1/tasks/<id:task_id>/cancel"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
     ("POST", "api/v1/tasks/<id:task_id>/fail"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
+    ("GET", "api/v1/queues/<str:queue>/items/<id:operation_id>"): (401, 403, 403, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/take"): (401, 403, 403, 403, 409, 409, 403, 409, 409),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/give"): (401, 403, 403, 403, 400, 400, 403, 400, 400),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/release"): (401, 403, 403, 403, 409, 409, 403, 409, 409),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/comments"): (401, 403, 403, 403, 201, 201, 403, 201, 201),
     ("POST", "api/v1/operations/<id:operation_id>/resolve"): (401, 403, 403, 403, 200, 200, 403, 200, 200),
     ("GET", "api/v1/demo/receivers/<id:receiver>/effects"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
     # Outcomes (issue 12). The artifact rows name an artifact that does not exist, and the upload
@@ -239,6 +244,10 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "resolution": "no_effect",
         "evidence": "matrix",
     },
+    # An item of the support queue (the agent-run operation, which does not wait there: a take
+    # or release is refused with 409 once the right is checked, a hand-over to nobody with 400).
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/give"): {"to": "nobody-here"},
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/comments"): {"text": "matrix"},
     # A comment on an item of the support queue (a take would be refused while it is settled).
     ("POST", "work/<str:queue>/<id:operation_id>"): {"action": "comment", "text": "matrix"},
     ("POST", "api/v1/approvals/<id:approval_id>/decision"): {
