@@ -24,7 +24,7 @@ from runtime.crashpoints import crash_point
 from runtime.errors import Conflict, InvalidInput, NotAuthorized, NotFound
 from runtime.events import event_append_txn
 from runtime.models import Claim, Event, Operation
-from runtime.models.worklist import QUEUE_APPROVALS, QUEUES
+from runtime.models.worklist import QUEUE_APPROVALS, QUEUE_UNRESOLVED, QUEUES
 from runtime.policy import can_work_on
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.operations import operation_get
@@ -40,7 +40,7 @@ MAX_COMMENT = 4000
 # The statuses in which an operation waits in each queue (what may be taken there).
 _WAITING = {
     QUEUE_APPROVALS: (S.WAITING_APPROVAL,),
-    "unresolved": (S.UNRESOLVED, S.MANUAL_INTERVENTION),
+    QUEUE_UNRESOLVED: (S.UNRESOLVED, S.MANUAL_INTERVENTION),
 }
 
 
