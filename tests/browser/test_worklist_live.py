@@ -6,11 +6,12 @@ Polled with Playwright's expect, never slept."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from runtime.models import Approval
+from runtime.models import Approval, Resolution
 from tests import factories
 from tests.browser.conftest import TIMEOUT_MS, login, wait_live
 
@@ -72,3 +73,35 @@ def test_one_takes_a_request_and_the_other_sees_it_taken_and_its_comment(
         assert page.page_errors == []  # type: ignore[attr-defined]
     finally:
         other.close()
+
+
+def test_support_settles_a_group_of_alike_operations_with_one_evidence(page: Page, server):
+    owner = factories.agent()
+    task = factories.task(owner, "tell the customers")
+    alike = [factories.unresolved_operation(owner, task) for _ in range(3)]
+    support = factories.console_user("support")
+    login(page, server.url, support.actor.name)
+    page.goto(f"{server.url}/unresolved/")
+    group = page.locator("section.unresolved-group")
+    expect(group.get_by_role("heading")).to_contain_text("3 alike · demo.notify")
+
+    # One of them is left out of this settle.
+    group.get_by_role("checkbox", name=alike[2].pk).uncheck()
+    group.get_by_label("Evidence (recorded for each)").fill("provider log: nothing was sent")
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    group.get_by_role("button", name="Mark no effect (all selected)").click()
+    expect(page.locator("ul.messages")).to_contain_text(f"Resolved {alike[0].pk}")
+    expect(page.locator("ul.messages")).to_contain_text(f"Resolved {alike[1].pk}")
+    assert "Your evidence is recorded for each" in asked[0]
+    audit = Resolution.objects.filter(operation__in=alike)
+    assert sorted(a.operation_id for a in audit) == sorted(op.pk for op in alike[:2])
+    assert {a.evidence for a in audit} == {"provider log: nothing was sent"}
+    # The one left out waits alone: no group any more, its own card still there.
+    expect(page.locator("section.unresolved-group")).to_have_count(0)
+    expect(page.locator(f'section.unresolved[data-operation="{alike[2].pk}"]')).to_be_visible()
