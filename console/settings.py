@@ -231,6 +231,10 @@ APPROVAL_SEAL_KEYS = [
     k.strip() for k in os.environ.get("APPROVAL_SEAL_KEYS", "").split(",") if k.strip()
 ]
 SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
+# An item of a people's queue (an approval request, an unresolved operation) taken and then
+# forgotten goes back to everyone's "to do" this many minutes after it was taken or handed over
+# (runtime.worklist; taking it again renews it).
+CLAIM_RETURN_MINUTES = _env_int("CLAIM_RETURN_MINUTES", 30)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.
 OUTBOX_GRACE_SECONDS = _env_int("OUTBOX_GRACE_SECONDS", max(2 * SWEEP_SECONDS, 5))

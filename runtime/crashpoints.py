@@ -57,6 +57,7 @@ POINTS = frozenset(
         "task_key.after_lookup",  # a creation under an external_id found no task, not yet inserted
         "retention.archived",  # retention wrote a batch's archive, nothing locked or removed yet
         "retention.locked",  # retention locked a batch's rows, not yet checked them again
+        "worklist.unheld",  # a take found nobody holding its item, not yet inserted its claim
     }
 )
 

@@ -26,6 +26,10 @@ the Django admin) are in runtime.policy_features, by the same contract.
 | be offered the approval tools of the MCP gateway (``/mcp``) | a person with a console role |
 |   | (roles read fresh); each decision still passes the release gate above |
 | edit a pending proposal | operators, admins |
+| take, hand over, release, comment on an item of a | operators for approval requests, support |
+|   people's queue (runtime.worklist); be handed one |   staff for unresolved operations, admins |
+|   |   both (roles read fresh) |
+| read who holds an item and its comments | a person with a console role (roles read fresh) |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |
@@ -64,6 +68,7 @@ from runtime.actors import ROLE_ADMIN, ROLE_OPERATOR, ROLE_SUPPORT, Actor, roles
 from runtime.crashpoints import crash_point
 from runtime.errors import NotAuthenticated, NotAuthorized, NotFound
 from runtime.models import Approval, Operation, Task
+from runtime.models.worklist import QUEUE_APPROVALS, QUEUE_UNRESOLVED
 from runtime.tokens import token_is_live
 
 
@@ -280,6 +285,27 @@ def can_edit_approval(actor: Actor) -> None:
     """Editing a pending proposal's parameters: operators (and admins)."""
     if not (actor.kind == "user" and fresh(actor).has_role(ROLE_OPERATOR)):
         raise NotAuthorized("editing a proposal needs the operator role")
+
+
+# Who works each people's queue: those who settle its items.
+_QUEUE_ROLES = {QUEUE_APPROVALS: ROLE_OPERATOR, QUEUE_UNRESOLVED: ROLE_SUPPORT}
+
+
+def can_work_on(actor: Actor, queue: str) -> None:
+    """Taking an item of a people's queue, handing it over, releasing it, commenting on it, and
+    being handed it: operators for approval requests, support staff for unresolved operations,
+    admins both (roles read now). An unknown queue is refused like a missing role."""
+    role = _QUEUE_ROLES.get(queue)
+    if role is None or not (actor.kind == "user" and fresh(actor).has_role(role)):
+        who = "operators" if queue == QUEUE_APPROVALS else "support staff"
+        raise NotAuthorized(f"the {queue} queue is worked by {who} and admins")
+
+
+def can_read_worklist(actor: Actor) -> None:
+    """Who holds an item of a people's queue and its comments: a person with a console role
+    now (the queue pages show them to every console role; acting needs ``can_work_on``)."""
+    if not (actor.kind == "user" and fresh(actor).is_console):
+        raise NotAuthorized("who works on what is read by people with a console role")
 
 
 def can_manage_waits(actor: Actor) -> None:

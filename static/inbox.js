@@ -82,6 +82,15 @@
       edit.open = true;
       var area = edit.querySelector("textarea");
       if (area) area.focus();
+    } else if (key === "t") {
+      // Take it (or keep it, when it is already yours): the card's own button.
+      var take = card.querySelector('.work button[name=action][value=take]');
+      if (!take) {
+        var holder = card.querySelector(".work .holder");
+        say(holder ? holder.textContent.trim() : "You may not take it.");
+        return;
+      }
+      take.click();
     } else if (key === "x") {
       var box = card.querySelector("input[name=selected]");
       if (!box) { say(refusal(card)); return; }
@@ -118,7 +127,7 @@
     }
     var key = ev.key;
     if (key === "j" || key === "k") { ev.preventDefault(); move(key === "j" ? 1 : -1); }
-    else if (key === "a" || key === "d" || key === "e" || key === "x") { ev.preventDefault(); act(key); }
+    else if ("adetx".indexOf(key) >= 0 && key.length === 1) { ev.preventDefault(); act(key); }
     else if (key === "?") { ev.preventDefault(); toggleHelp(); }
   });
 

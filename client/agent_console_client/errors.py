@@ -226,6 +226,24 @@ class NotManualIntervention(Conflict):
     code = "not_manual_intervention"
 
 
+class ItemTaken(Conflict):
+    """Someone else holds the item of a people's queue (the message names them)."""
+
+    code = "item_taken"
+
+
+class NotHolder(Conflict):
+    """The item is not the caller's to release."""
+
+    code = "not_holder"
+
+
+class ItemSettled(Conflict):
+    """The item waits in that queue no more (someone settled it)."""
+
+    code = "item_settled"
+
+
 # --- 413, 415, 422, 429, 431 -------------------------------------------------------------------
 
 

@@ -1,7 +1,16 @@
 from django.urls import path
 
 import console.converters  # noqa: F401  (registers the <id:...> converter)
-from console.api import catalogue, control, declared_tools, humans, outcomes, schedules, views
+from console.api import (
+    catalogue,
+    control,
+    declared_tools,
+    humans,
+    outcomes,
+    schedules,
+    views,
+    worklist,
+)
 
 urlpatterns = [
     path("tasks", views.TaskCollection.as_view(), name="api-tasks"),
@@ -54,6 +63,31 @@ urlpatterns = [
         "artifacts/<id:artifact_id>/provenance",
         outcomes.ArtifactProvenance.as_view(),
         name="api-artifact-provenance",
+    ),
+    path(
+        "queues/<str:queue>/items/<id:operation_id>",
+        worklist.WorkItemDetail.as_view(),
+        name="api-work-item",
+    ),
+    path(
+        "queues/<str:queue>/items/<id:operation_id>/take",
+        worklist.WorkItemTake.as_view(),
+        name="api-work-item-take",
+    ),
+    path(
+        "queues/<str:queue>/items/<id:operation_id>/give",
+        worklist.WorkItemGive.as_view(),
+        name="api-work-item-give",
+    ),
+    path(
+        "queues/<str:queue>/items/<id:operation_id>/release",
+        worklist.WorkItemRelease.as_view(),
+        name="api-work-item-release",
+    ),
+    path(
+        "queues/<str:queue>/items/<id:operation_id>/comments",
+        worklist.WorkItemComments.as_view(),
+        name="api-work-item-comments",
     ),
     path("approvals", humans.ApprovalCollection.as_view(), name="api-approvals"),
     path(

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.api.parsers import json_problem
 from console.templatetags.visible import visible
-from console.web import history
+from console.web import history, worklist
 from console.web.formats import currency_of, money, waited, what_runs
 from console.web.views import console_view, json_text, time_left
 from runtime import approvals, control, policy, waits
@@ -27,6 +27,7 @@ from runtime.models import Approval, Operation
 from runtime.rules.statuses import ApprovalStatus
 from runtime.selectors.approvals import approval_list, params_diff, pending_approval_tools
 from runtime.selectors.waits import expired_waits_with_approvals
+from runtime.selectors.worklist import VIEW_TODO, VIEWS
 from runtime.text import char_hidden
 from runtime.tools.base import Contract, contract_of
 
@@ -60,6 +61,7 @@ def _filters(request: HttpRequest) -> dict[str, str]:
         "tool": (request.GET.get("tool") or "").strip()[:200],
         "task": (request.GET.get("task") or "").strip()[:64],
         "sort": (request.GET.get("sort") or "").strip()[:20],
+        "view": (request.GET.get("view") or "").strip()[:20],
     }
 
 
@@ -68,6 +70,8 @@ def _problems(request: HttpRequest, filters: dict[str, str]) -> list[str]:
     problems = []
     if request.GET.get("status", "pending") not in ("pending", "decided"):
         problems.append("“status” is pending (waiting requests) or decided (the history).")
+    if filters["view"] and filters["view"] not in VIEWS:
+        problems.append("“view” is one of " + ", ".join(f"{k} ({v})" for k, v in VIEWS.items()))
     if filters["sort"] and filters["sort"] not in SORTS:
         problems.append(
             "“sort” is one of " + ", ".join(f"{k} ({v})" for k, v in SORTS.items()) + "."
@@ -160,8 +164,20 @@ def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     problems = _problems(request, filters)
     tools = pending_approval_tools()
     query = urlencode({k: v for k, v in filters.items() if v})
+    rows: list[dict[str, Any]] = []
+    tabs: list[dict[str, Any]] = []
+    if not problems:
+        rows, tabs = worklist.worked_rows(
+            actor,
+            "approvals",
+            _approval_rows(actor, filters),
+            lambda row: row["a"].operation_id,
+            filters["view"] or VIEW_TODO,
+            {k: v for k, v in filters.items() if v and k != "view"},
+        )
     return {
-        "rows": [] if problems else _approval_rows(actor, filters),
+        "rows": rows,
+        "tabs": tabs,
         "expired": [] if problems else _expired_rows(actor, filters),
         "problems": problems,
         "sorts": SORTS,

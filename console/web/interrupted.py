@@ -31,6 +31,8 @@ FORMS = {
     "approval-edit": ("/approvals/", "your edit of request {approval_id}"),
     "approvals-bulk": ("/approvals/", "your decision on the selected requests"),
     "unresolved-resolve": ("/unresolved/", "your resolution of operation {operation_id}"),
+    "unresolved-bulk": ("/unresolved/", "your resolution of the selected operations"),
+    "work-action": ("/{queue}/", "your take, hand-over, release or comment on {operation_id}"),
     "wait-action": ("/waits/", "your action on the expired wait {operation_id}"),
     "task-cancel": ("/tasks/{task_id}/", "the cancellation of task {task_id}"),
     "task-control": ("/tasks/{task_id}/", "your pause, resume or steer of task {task_id}"),

@@ -11,15 +11,16 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from console.web import history
+from console.web import history, worklist
 from console.web.views import console_view, json_text
 from runtime import events as journal
-from runtime import policy, resolutions
+from runtime import policy, resolution_bulk, resolutions
 from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Operation
 from runtime.rules.statuses import OperationStatus
 from runtime.selectors.operations import invocations_by_operation
+from runtime.selectors.unresolved_groups import similar_groups
 from runtime.stoprule import unconfirmed_calls_txn
 from runtime.tools import contract_of
 
@@ -97,9 +98,49 @@ def _rows(actor: Actor) -> list[dict[str, Any]]:
     return rows
 
 
-def _context(actor: Actor) -> dict[str, Any]:
+def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups of similar unresolved operations among the rows shown, each with the
+    resolutions every member allows (the same tool: the same contract, save a compensation)."""
+    actions = {row["op"].pk: row["actions"] for row in rows}
+    found = []
+    for group in similar_groups([row["op"] for row in rows]):
+        ids = [op.pk for op in group.operations]
+        common = [a for a in actions[ids[0]] if all(a[0] in _values(actions[i]) for i in ids)]
+        n, tool = len(ids), group.tool or "the tool"
+        found.append(
+            {
+                "group": group,
+                "actions": [
+                    (value, label, _BULK_CONFIRM.format(n=n, tool=tool, label=label.lower()))
+                    for value, label, _ in common
+                ],
+            }
+        )
+    return found
+
+
+def _values(actions: list[tuple[str, str, str]]) -> set[str]:
+    return {value for value, _, _ in actions}
+
+
+_BULK_CONFIRM = (
+    "{label}: each selected {tool} operation of this group ({n} alike)? Your evidence is "
+    "recorded for each. This cannot be undone."
+)
+
+
+def _context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
+    view = worklist.view_of(request)
+    rows, tabs = worklist.worked_rows(
+        actor, "unresolved", _rows(actor), lambda row: row["op"].pk, view, {}
+    )
+    query = f"?view={view}"
     return {
-        "rows": _rows(actor),
+        "rows": rows,
+        "groups": _groups(rows),
+        "tabs": tabs,
+        "fragment_url": "/fragments/unresolved" + query,
+        "back": "/unresolved/" + query,
         "can_resolve": policy.allowed(policy.can_resolve, actor),
         "feed_head": journal.feed_head(),
     }
@@ -113,13 +154,13 @@ def unresolved(request: HttpRequest, actor: Actor) -> HttpResponse:
         return history.resolution_history_page(request, actor)
     if status != "unresolved":
         raise InvalidInput("status is unresolved (the queue) or resolved (its history)")
-    return render(request, "console/unresolved.html", _context(actor))
+    return render(request, "console/unresolved.html", _context(request, actor))
 
 
 @require_GET
 @console_view
 def unresolved_fragment(request: HttpRequest, actor: Actor) -> HttpResponse:
-    return render(request, "console/_unresolved_rows.html", _context(actor))
+    return render(request, "console/_unresolved_rows.html", _context(request, actor))
 
 
 @require_POST
@@ -152,4 +193,41 @@ def resolve(request: HttpRequest, actor: Actor, operation_id: str) -> HttpRespon
         f"Resolved operation {op.pk} ({_LABELS.get(resolution, resolution).lower()}): "
         f"it is {_now(resolution, op.status)}.",
     )
+    return HttpResponseRedirect("/unresolved/")
+
+
+@require_POST
+@console_view
+def resolve_bulk(request: HttpRequest, actor: Actor) -> HttpResponse:
+    """Settle the selected operations of a group of similar ones, each with the same resolution
+    and evidence (runtime.resolution_bulk): 403 without the right, a message per operation."""
+    items = []
+    for value in request.POST.getlist("selected")[: resolution_bulk.MAX_BULK + 1]:
+        op_id, _, version = value.partition("|")
+        try:
+            items.append(resolution_bulk.BulkItem(op_id, int(version)))
+        except ValueError:
+            raise InvalidInput("each selected operation carries its state version") from None
+    resolution = request.POST.get("resolution", "")
+    try:
+        results = resolution_bulk.operations_resolve_bulk(
+            actor,
+            items,
+            resolution=resolution,
+            evidence=request.POST.get("evidence", "").replace("\r\n", "\n"),
+        )
+    except NotAuthorized:
+        raise  # a 403 page, not a message: the right is missing, not the moment
+    except DomainError as exc:
+        messages.error(request, f"Nothing was settled: {exc.message}.")
+        return HttpResponseRedirect("/unresolved/")
+    label = _LABELS.get(resolution, resolution).lower()
+    for r in results:
+        if r["ok"]:
+            messages.success(
+                request,
+                f"Resolved {r['operation']} ({label}): it is {_now(resolution, r['status'])}.",
+            )
+        else:
+            messages.error(request, f"Nothing was done to {r['operation']}: {r['message']}.")
     return HttpResponseRedirect("/unresolved/")

@@ -12,6 +12,7 @@ from console.web import (
     tokens,
     tool_pages,
     views,
+    worklist,
 )
 
 urlpatterns = [
@@ -45,7 +46,9 @@ urlpatterns = [
     ),
     path("unresolved/", support.unresolved, name="unresolved"),
     path("fragments/unresolved", support.unresolved_fragment, name="unresolved-fragment"),
+    path("unresolved/bulk", support.resolve_bulk, name="unresolved-bulk"),
     path("unresolved/<id:operation_id>/resolve", support.resolve, name="unresolved-resolve"),
+    path("work/<str:queue>/<id:operation_id>", worklist.work_action, name="work-action"),
     path("approvals/", humans.approvals_page, name="approvals"),
     path("fragments/approvals", humans.approvals_fragment, name="approvals-fragment"),
     path("approvals/bulk", humans.approvals_bulk, name="approvals-bulk"),

@@ -31,6 +31,7 @@ from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
 from runtime.models.tasks import Attempt, Task, TaskCount
 from runtime.models.tools import DeclaredTool, DeclaredToolVersion
 from runtime.models.views import SavedView
+from runtime.models.worklist import Claim
 
 __all__ = [
     "Agent",
@@ -43,6 +44,7 @@ __all__ = [
     "BudgetHold",
     "BudgetMeter",
     "CheckResult",
+    "Claim",
     "ContentKey",
     "DeclaredTool",
     "DeclaredToolVersion",

@@ -33,6 +33,7 @@ from runtime.models import (
     Approval,
     Attempt,
     AuditRecord,
+    Claim,
     DeclaredTool,
     DeclaredToolVersion,
     Event,
@@ -92,6 +93,11 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "api/v1/operations/<id:operation_id>/complete"): (401, 409, 404, 403, 403, 403, 403, 403, 403),
     ("POST", "api/v1/tasks/<id:task_id>/cancel"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
     ("POST", "api/v1/tasks/<id:task_id>/fail"): (401, 202, 404, 403, 403, 202, 403, 403, 202),
+    ("GET", "api/v1/queues/<str:queue>/items/<id:operation_id>"): (401, 403, 403, 200, 200, 200, 200, 200, 200),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/take"): (401, 403, 403, 403, 409, 409, 403, 409, 409),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/give"): (401, 403, 403, 403, 400, 400, 403, 400, 400),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/release"): (401, 403, 403, 403, 409, 409, 403, 409, 409),
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/comments"): (401, 403, 403, 403, 201, 201, 403, 201, 201),
     ("POST", "api/v1/operations/<id:operation_id>/resolve"): (401, 403, 403, 403, 200, 200, 403, 200, 200),
     ("GET", "api/v1/demo/receivers/<id:receiver>/effects"): (401, 200, 404, 200, 200, 200, 200, 200, 200),
     # Outcomes (issue 12). The artifact rows name an artifact that does not exist, and the upload
@@ -158,6 +164,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("GET", "unresolved/"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("GET", "fragments/unresolved"): (LOGIN, LOGIN, LOGIN, 200, 200, 200, LOGIN, LOGIN, LOGIN),
     ("POST", "unresolved/<id:operation_id>/resolve"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "unresolved/bulk"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
+    ("POST", "work/<str:queue>/<id:operation_id>"): (LOGIN, LOGIN, LOGIN, 403, 302, 302, LOGIN, LOGIN, LOGIN),
     # Finding things (issue 24): the tool catalogue for every authenticated caller; an
     # operation's page and the catalogue's page for every console role.
     ("GET", "api/v1/tools"): (401, 200, 200, 200, 200, 200, 200, 200, 200),
@@ -242,6 +250,12 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "resolution": "no_effect",
         "evidence": "matrix",
     },
+    # An item of the support queue (the agent-run operation, which does not wait there: a take
+    # or release is refused with 409 once the right is checked, a hand-over to nobody with 400).
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/give"): {"to": "nobody-here"},
+    ("POST", "api/v1/queues/<str:queue>/items/<id:operation_id>/comments"): {"text": "matrix"},
+    # A comment on an item of the support queue (a take would be refused while it is settled).
+    ("POST", "work/<str:queue>/<id:operation_id>"): {"action": "comment", "text": "matrix"},
     ("POST", "api/v1/approvals/<id:approval_id>/decision"): {
         "decision": "deny",
         "reason": "matrix",
@@ -448,6 +462,7 @@ def _snapshot() -> tuple[Any, ...]:
         ScheduleEvent.objects.count(),
         DeclaredTool.objects.count(),
         DeclaredToolVersion.objects.count(),
+        Claim.objects.count(),
     )
 
 
@@ -469,6 +484,7 @@ def _path(route: str, w: World) -> str:
         "endpoint_id": "nep_matrix",
         "view_id": "999999",
         "name": w.declared,
+        "queue": "unresolved",
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
 
@@ -514,6 +530,9 @@ class TestHttpCells:
         if route == "api/v1/approvals/decisions":
             item = {"approval": world.approval.pk, "decision": "deny", "reason": "matrix"}
             body = {"decisions": [item]}
+        if route == "unresolved/bulk":
+            op = world.unresolved_op
+            body = {"resolution": "no_effect", "evidence": "matrix", "selected": f"{op.pk}|1"}
         if route == "approvals/bulk":
             body = {"decision": "deny", "reason": "matrix", "selected": world.approval.pk + "|"}
         before = _snapshot()

@@ -189,6 +189,15 @@ def _wait_then(action: str, status_key: str) -> Callable[[World], httpx.Response
     return call
 
 
+def _give(w: World) -> httpx.Response:
+    return w.call(
+        "operator",
+        "POST",
+        f"/queues/approvals/items/{w['gated_op']}/give",
+        json={"to": w.operator2.actor.name},
+    )
+
+
 def _approve(w: World) -> httpx.Response:
     approval = w.call("operator", "GET", f"/approvals/{w['approval_edited']}").json()
     return w.call(
@@ -430,6 +439,32 @@ ROUTES: list[Route] = [
     ),
     Route("GET", "/approvals", 200, get("operator", "/approvals")),
     Route("GET", "/approvals/{approval_id}", 200, get("operator", "/approvals/{approval}")),
+    # Who works on it: taken, handed to another operator, released by them, commented on.
+    Route(
+        "POST",
+        "/queues/{queue}/items/{operation_id}/take",
+        200,
+        post("operator", "/queues/approvals/items/{gated_op}/take"),
+    ),
+    Route("POST", "/queues/{queue}/items/{operation_id}/give", 200, _give),
+    Route(
+        "POST",
+        "/queues/{queue}/items/{operation_id}/release",
+        200,
+        post("operator2", "/queues/approvals/items/{gated_op}/release"),
+    ),
+    Route(
+        "POST",
+        "/queues/{queue}/items/{operation_id}/comments",
+        201,
+        post("operator", "/queues/approvals/items/{gated_op}/comments", {"text": "asked finance"}),
+    ),
+    Route(
+        "GET",
+        "/queues/{queue}/items/{operation_id}",
+        200,
+        get("operator2", "/queues/approvals/items/{gated_op}"),
+    ),
     Route(
         "POST",
         "/approvals/{approval_id}/edit",

@@ -10,7 +10,7 @@ import pytest
 from agent_console_client import _core, errors
 
 from console.api.errors import _DRF_CODES
-from runtime import compensation, ratelimits, resolutions
+from runtime import compensation, ratelimits, resolutions, worklist
 from runtime import errors as domain
 from runtime.transitions import status as statemachine
 from tests.conftest import ROOT
@@ -39,7 +39,7 @@ def _server_codes() -> dict[str, int | None]:
     """{code: status or None when the source does not say} the server can send: its error
     classes, DRF's table, and every ``code="..."`` and ``error_body("...")`` in its source."""
     # The modules that define error classes of their own are imported (above) to be walked.
-    assert compensation and ratelimits and resolutions and statemachine
+    assert compensation and ratelimits and resolutions and statemachine and worklist
     found: dict[str, int | None] = {}
     for cls in _domain_classes(domain.DomainError):
         found[cls.code] = cls.status

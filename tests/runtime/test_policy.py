@@ -85,6 +85,15 @@ def test_human_side_rights(people):
     assert _holders(policy.can_manage_waits, people) == {"admin"}
 
 
+def test_who_works_each_peoples_queue(people):
+    assert _holders(policy.can_work_on, people, "approvals") == {"operator", "admin", "creator"}
+    assert _holders(policy.can_work_on, people, "unresolved") == {"support", "admin"}
+    assert _holders(policy.can_work_on, people, "elsewhere") == set()
+    # Roles read now: support staff who lose the role may take nothing more.
+    Group.objects.get(name="support").user_set.clear()
+    assert _holders(policy.can_work_on, people, "unresolved") == {"admin"}
+
+
 def test_a_role_taken_away_is_gone_at_the_next_decision(people):
     admin = people["admin"]
     can_manage_tokens(admin)

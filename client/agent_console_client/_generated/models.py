@@ -231,6 +231,26 @@ class CommandKindEnum(StrEnum):
     steer = "steer"
 
 
+class Comment(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str = Field(..., min_length=1)
+    """
+    The journal event's id.
+    """
+    actor: str = Field(..., min_length=1)
+    at: AwareDatetime
+    text: str = Field(..., min_length=1)
+
+
+class CommentIn(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    text: str = Field(..., max_length=4000, min_length=1)
+
+
 class CompensateOnEnum(StrEnum):
     """
     * `failed` - failed
@@ -388,6 +408,16 @@ class ExecutorEnum(StrEnum):
 
     worker = "worker"
     agent = "agent"
+
+
+class GiveIn(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    to: str = Field(..., max_length=150, min_length=1)
+    """
+    The username of the person handed it.
+    """
 
 
 class Heartbeat(BaseModel):
@@ -563,6 +593,16 @@ class Provenance(BaseModel):
     subject: list[dict[str, Any]]
     predicateType: str = Field(..., min_length=1)
     predicate: dict[str, Any]
+
+
+class QueueEnum(StrEnum):
+    """
+    * `approvals` - approvals
+    * `unresolved` - unresolved
+    """
+
+    approvals = "approvals"
+    unresolved = "unresolved"
 
 
 class ReasonEnum(StrEnum):
@@ -856,6 +896,28 @@ class WaitSignalOperationInKindEnum(StrEnum):
     """
 
     wait_signal = "wait_signal"
+
+
+class WorkItem(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    operation: str = Field(..., min_length=1)
+    queue: QueueEnum
+    holder: str | None = Field(..., min_length=1)
+    """
+    Who has it; null: nobody.
+    """
+    given_by: str | None = Field(..., min_length=1)
+    """
+    Who handed it to its holder.
+    """
+    taken_at: AwareDatetime | None = Field(...)
+    returns_at: AwareDatetime | None = Field(...)
+    """
+    When it goes back to everyone unless taken again.
+    """
+    comments: list[Comment]
 
 
 class Approval(BaseModel):

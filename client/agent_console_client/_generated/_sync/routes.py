@@ -360,6 +360,96 @@ class SyncRoutes:
             )
         )
 
+    def queues_items_retrieve(self, operation_id: str, queue: str) -> models.WorkItem:
+        """GET /api/v1/queues/{queue}/items/{operation_id}."""
+        return self.send(
+            _core.Call(
+                "GET",
+                f"/api/v1/queues/{_core.segment(queue)}/items/{_core.segment(operation_id)}",
+                _core.model(models.WorkItem),
+            )
+        )
+
+    def queues_items_comments_create(
+        self,
+        operation_id: str,
+        queue: str,
+        body: models.CommentIn | dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> models.Comment:
+        """POST /api/v1/queues/{queue}/items/{operation_id}/comments.
+
+        ``idempotency_key`` is sent as Idempotency-Key (one is made for the call when
+        not given; every retry of the call sends the same).
+        """
+        return self.send(
+            _core.Call(
+                "POST",
+                f"/api/v1/queues/{_core.segment(queue)}/items/{_core.segment(operation_id)}/comments",
+                _core.model(models.Comment),
+                json=_core.body_json(body),
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def queues_items_give(
+        self,
+        operation_id: str,
+        queue: str,
+        body: models.GiveIn | dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> models.WorkItem:
+        """POST /api/v1/queues/{queue}/items/{operation_id}/give.
+
+        ``idempotency_key`` is sent as Idempotency-Key (one is made for the call when
+        not given; every retry of the call sends the same).
+        """
+        return self.send(
+            _core.Call(
+                "POST",
+                f"/api/v1/queues/{_core.segment(queue)}/items/{_core.segment(operation_id)}/give",
+                _core.model(models.WorkItem),
+                json=_core.body_json(body),
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def queues_items_release(
+        self, operation_id: str, queue: str, *, idempotency_key: str | None = None
+    ) -> models.WorkItem:
+        """POST /api/v1/queues/{queue}/items/{operation_id}/release.
+
+        ``idempotency_key`` is sent as Idempotency-Key (one is made for the call when
+        not given; every retry of the call sends the same).
+        """
+        return self.send(
+            _core.Call(
+                "POST",
+                f"/api/v1/queues/{_core.segment(queue)}/items/{_core.segment(operation_id)}/release",
+                _core.model(models.WorkItem),
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def queues_items_take(
+        self, operation_id: str, queue: str, *, idempotency_key: str | None = None
+    ) -> models.WorkItem:
+        """POST /api/v1/queues/{queue}/items/{operation_id}/take.
+
+        ``idempotency_key`` is sent as Idempotency-Key (one is made for the call when
+        not given; every retry of the call sends the same).
+        """
+        return self.send(
+            _core.Call(
+                "POST",
+                f"/api/v1/queues/{_core.segment(queue)}/items/{_core.segment(operation_id)}/take",
+                _core.model(models.WorkItem),
+                idempotency_key=idempotency_key,
+            )
+        )
+
     def schedules_list(
         self, *, cursor: str | None = None, limit: int | None = None
     ) -> models.SchedulePage:

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0022_task_updates_hot'),
+        ('runtime', '0023_claims'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
