@@ -219,18 +219,19 @@ def record_usage_txn(
 def _child_overrun_txn(meter_id: int) -> None:
     """A child that spends past its allocation (a compensation is never refused for money, and
     a call may report more than it held) has spent its parent's money: the parent's hold for
-    the child grows to what the child committed as soon as it is posted, not when the child
-    settles, so the parent admits nothing on money already gone. One read by primary key when
-    the meter stays within its limit, which is the common case."""
+    the child grows to what the child has spent (posted and unknown) as soon as it is posted,
+    not when the child settles, so the parent admits nothing on money already gone. (What the
+    child still holds is within its allocation: its reservations never pass its limit.) One
+    read by primary key when the meter stays within its limit, the common case."""
     meter = (
         BudgetMeter.objects.filter(pk=meter_id)
-        .values_list("task_id", "meter", "limit", "reserved", "posted", "unknown")
+        .values_list("task_id", "meter", "limit", "posted", "unknown")
         .first()
     )
     if meter is None:  # pragma: no cover - the caller just updated it
         return
-    task_id, name, limit, reserved, posted, unknown = meter
-    if reserved + posted + unknown <= limit:
+    task_id, name, limit, posted, unknown = meter
+    if posted + unknown <= limit:
         return
     hold = (
         BudgetHold.objects.select_for_update()
@@ -240,16 +241,16 @@ def _child_overrun_txn(meter_id: int) -> None:
     )
     if hold is None:
         return  # not a child, or its allocation is already settled in the parent
-    committed = (
+    spent = (
         BudgetMeter.objects.filter(task_id=task_id, meter=name).aggregate(
-            total=Sum(F("reserved") + F("posted") + F("unknown"))
+            total=Sum(F("posted") + F("unknown"))
         )["total"]
         or 0
     )
-    grow = committed - hold[2]
+    grow = spent - hold[2]
     if grow <= 0:
         return
-    BudgetHold.objects.filter(pk=hold[0], status=BudgetHold.HELD).update(amount=committed)
+    BudgetHold.objects.filter(pk=hold[0], status=BudgetHold.HELD).update(amount=spent)
     BudgetMeter.objects.filter(pk=hold[1]).update(reserved=F("reserved") + grow)
 
 
