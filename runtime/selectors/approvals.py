@@ -50,14 +50,16 @@ def approval_list(
 ) -> list[Approval]:
     """Approvals the actor may see, in ``sort`` order (APPROVAL_SORTS; oldest request first by
     default). ``pending`` means decidable now: the operation still waits for it (an approval
-    whose operation was cancelled is not offered). Each row comes with its task, operation and
-    previous proposal (no statement per row)."""
+    whose operation was cancelled is not offered). Each row comes with its task, operation,
+    previous proposal and votes (no statement per row)."""
     if status and status not in ApprovalStatus.ALL:
         raise InvalidInput(f"status must be one of {', '.join(ApprovalStatus.ALL)}")
     if sort not in APPROVAL_SORTS:
         raise InvalidInput(f"sort must be one of {', '.join(APPROVAL_SORTS)}")
-    qs: QuerySet[Approval] = Approval.objects.filter(task_scope(actor, "task__")).select_related(
-        "task", "previous", "operation"
+    qs: QuerySet[Approval] = (
+        Approval.objects.filter(task_scope(actor, "task__"))
+        .select_related("task", "previous", "operation")
+        .prefetch_related("votes")
     )
     if status:
         qs = qs.filter(status=status)
@@ -105,11 +107,17 @@ def approvals_current(ops: list[Operation]) -> dict[str, Approval]:
     latest: dict[str, Approval] = {}
     if not ops:
         return latest
-    for approval in Approval.objects.filter(operation_id__in=[op.pk for op in ops]).order_by(
-        "operation_id", "proposal_version"
-    ):
+    rows = Approval.objects.filter(operation_id__in=[op.pk for op in ops]).prefetch_related("votes")
+    for approval in rows.order_by("operation_id", "proposal_version"):
         latest[approval.operation_id] = approval
     return latest
+
+
+def approved_by(approval: Approval) -> list[str]:
+    """Who approved it so far (the two-person rule's votes), the first first: read from the
+    row's prefetched votes when the list prefetched them, else one statement."""
+    votes = sorted(approval.votes.all(), key=lambda v: (v.voted_at, v.pk))
+    return [v.approver for v in votes]
 
 
 def approvals_of_task(task_id: str) -> list[Approval]:
