@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
 from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
-from runtime.models import Approval, Operation
+from runtime.models import Approval, ApprovalVote, Operation
 from runtime.policy import task_scope
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 
@@ -113,11 +113,15 @@ def approvals_current(ops: list[Operation]) -> dict[str, Approval]:
     return latest
 
 
+def approval_voters(approval: Approval) -> list[ApprovalVote]:
+    """Its votes so far (the two-person rule), the first first: read from the row's prefetched
+    votes when the list prefetched them, else one statement."""
+    return sorted(approval.votes.all(), key=lambda v: (v.voted_at, v.pk))
+
+
 def approved_by(approval: Approval) -> list[str]:
-    """Who approved it so far (the two-person rule's votes), the first first: read from the
-    row's prefetched votes when the list prefetched them, else one statement."""
-    votes = sorted(approval.votes.all(), key=lambda v: (v.voted_at, v.pk))
-    return [v.approver for v in votes]
+    """Who approved it so far (their labels), the first first."""
+    return [v.approver for v in approval_voters(approval)]
 
 
 def approvals_of_task(task_id: str) -> list[Approval]:
