@@ -65,6 +65,12 @@ def test_two_operators_approve_a_two_person_request_and_it_is_released(
     expect(approve).to_have_accessible_description(
         "You approved it already: it needs another approver."
     )
+    # The keyboard's "a" says the same instead of approving.
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    expect(page.locator("#shortcut-note")).to_have_text(
+        "You approved it already: it needs another approver."
+    )
     # Bulk follows the same rule per request: A's second approve is refused, not counted.
     page.locator(f'input[name=selected][value^="{approval.pk}|"]').check()
     page.once("dialog", lambda d: d.accept())
