@@ -88,6 +88,7 @@ def approval_history(
         Approval.objects.filter(task_scope(actor, "task__"), status__in=DECIDED)
         .annotate(decided=Coalesce("decided_at", "expires_at"))
         .select_related("task", "operation")
+        .prefetch_related("votes")
     )
     return history_page(qs, _DECIDED_COLUMNS, filters, before=before, limit=limit)
 
