@@ -207,5 +207,9 @@ def test_the_history_names_both_approvers_of_a_two_person_request():
         approval_decide(
             who.actor, approval.pk, decision="approve", reason="", params_hash=op.params_hash
         )
-    body = _browser("operator").get("/approvals/?status=decided").content.decode()
+    browser = _browser("operator")
+    body = browser.get("/approvals/?status=decided").content.decode()
     assert f"{alice.actor.label}, {bob.actor.label}" in body
+    # The operation's page says it too, with the count.
+    page = browser.get(f"/operations/{op.pk}/").content.decode()
+    assert f"2 of 2 approvals: {alice.actor.label}, {bob.actor.label}" in page
