@@ -150,7 +150,13 @@ def _release_words(a: Approval) -> dict[str, Any]:
             + (f" and release {amount}" if amount and votes >= a.approvals_required else "")
             + f"? What will run: {what}. {runs}"
         ),
-        "release_line": f"{a.pk}: {what}" + (f", {amount}" if amount else ""),
+        "release_line": f"{a.pk}: {what}"
+        + (f", {amount}" if amount else "")
+        + (
+            f" (approval {votes} of {a.approvals_required}: it does not run yet)"
+            if votes < a.approvals_required
+            else ""
+        ),
         "cents": cents if amount else None,
         "currency": currency_of(a.params),
     }

@@ -47,6 +47,9 @@ def test_two_operators_approve_a_two_person_request_and_it_is_released(
     expect(card.locator("[data-field=approvals]")).to_have_text(
         "Needs 2 approvals · none yet (0 of 2)"
     )
+    # "Approve selected" would list it as not running yet.
+    tick = page.locator(f'input[name=selected][value^="{approval.pk}|"]')
+    assert "(approval 1 of 2: it does not run yet)" in (tick.get_attribute("data-release") or "")
 
     asked: list[str] = []
     page.once("dialog", lambda d: (asked.append(d.message), d.accept()))

@@ -7,7 +7,10 @@ races run on real concurrent PostgreSQL transactions; the rest on SQLite too."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
+from django.apps import apps as live_apps
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -322,3 +325,20 @@ def test_a_renewed_request_is_decided_again_from_the_start():
     assert _state(op, approval) == ("pending", "waiting_approval")
     assert _voters(approval) == []
     assert Operation.objects.get(pk=op.pk).status == "waiting_approval"
+
+
+@pytest.mark.django_db
+def test_an_approval_decided_before_the_rule_releases_after_the_migration_writes_its_vote():
+    """Migration 0023 writes each decided approval's one vote from its decision; its seal
+    (a one-approver message, unchanged) verifies and it releases as before."""
+    owner, alice = factories.agent(), factories.console_user("operator")
+    op, approval = _gated(owner, ONE)
+    _approve(alice, approval)
+    ApprovalVote.objects.filter(approval=approval).delete()  # as the row stood before 0023
+
+    migration = importlib.import_module("runtime.migrations.0023_two_person_approvals")
+    migration.votes_from_decisions(live_apps, None)
+
+    assert _voters(approval) == [alice.actor.label]
+    assert isinstance(_claim(op), Lease)
+    assert _state(op, approval) == ("released", "running")
