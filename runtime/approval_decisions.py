@@ -11,7 +11,6 @@ from typing import Any
 from runtime.actors import Actor
 from runtime.approval_seal import approval_seal
 from runtime.approval_votes import (
-    approval_progress,
     approval_vote_txn,
     approval_voted_txn,
     approval_votes,
@@ -105,8 +104,8 @@ def approval_deny_txn(
         raise ApprovalStale("the decision is for another proposal than the current one")
     if approval.approvals_required > 1:
         voters = [v.approver for v in approval_votes(approval.pk)]
-        data["approved_by"] = voters
-        data["approvals"] = approval_progress(len(voters), approval)
+        data.update(approvals_required=approval.approvals_required)
+        data.update(approvals=len(voters), approved_by=voters)
     approval_transition_txn(approval, A.DENIED, now=now, fields=decided)
     reason = data["reason"]
     if op.status == S.WAITING_APPROVAL:

@@ -123,7 +123,6 @@ def _votes_words(actor: Actor, a: Approval) -> dict[str, Any]:
     return {
         "approved_by": [v.approver.partition(":")[2] or v.approver for v in votes],
         "voted": any(v.approver_key == actor.key for v in votes),
-        "votes_after": len(votes) + 1,
     }
 
 
