@@ -14,6 +14,7 @@ from runtime.approval_votes import (
     approval_vote_txn,
     approval_voted_txn,
     approval_votes,
+    approval_votes_standing_txn,
 )
 from runtime.errors import ApprovalStale
 from runtime.events import event_append_txn
@@ -39,8 +40,8 @@ def approval_approve_txn(
     now: datetime,
 ) -> None:
     """The gate's approval: the task still admits work and the decision is for the current
-    proposal; the vote is recorded, and once the votes reach the count the approval requires,
-    it is sealed and the operation becomes runnable (with its outbox row)."""
+    proposal; the vote is recorded, and once the votes that still count reach the approval's
+    count, it is sealed and the operation becomes runnable (with its outbox row)."""
     task = Task.objects.select_for_update().get(pk=op.task_id)
     task_admission_check(
         condition=task.condition,
@@ -56,7 +57,8 @@ def approval_approve_txn(
     ):
         raise ApprovalStale("the decision is for another proposal than the current one")
     votes = approval_vote_txn(actor, approval, now=now)
-    data.update(approvals_required=approval.approvals_required)
+    votes, voided = approval_votes_standing_txn(approval, votes, checked=actor.key)
+    data.update(approvals_required=approval.approvals_required, voided=voided)
     data.update(approvals=len(votes), approved_by=[v.approver for v in votes])
     if len(votes) < approval.approvals_required:
         approval_voted_txn(actor, op, approval, data=data, now=now)

@@ -13,16 +13,16 @@ from runtime.actors import Actor
 from runtime.approval_seal import approval_seal_refusal
 from runtime.approval_votes import (
     approval_votes,
+    approval_votes_lost,
     approval_votes_void_txn,
     approvals_required_for,
 )
 from runtime.db import db_now
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
-from runtime.models import Approval, ApprovalVote, Operation, Task
+from runtime.models import Approval, Operation, Task
 from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import outbox_consume_txn
-from runtime.policy import approval_decision_refusal, fresh
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.tasks import within_task_deadline
 from runtime.tools import ToolAdapter, adapters
@@ -136,7 +136,7 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         return _integrity_refused(latest, op, f"integrity check failed: {tampered}", now, actor)
     if latest.status == A.RELEASED:
         return None
-    lost = {v.approver_key: r for v in votes if (r := _approver_refusal(latest, v)) is not None}
+    lost = approval_votes_lost(latest, votes)
     if lost:
         refusal = next(iter(lost.values()))
         if op.status != S.PENDING:
@@ -273,15 +273,3 @@ def _integrity_refused(
     )
     outbox_consume_txn(op.pk)
     return ReleaseRefused(reason, returned=True)
-
-
-def _approver_refusal(approval: Approval, vote: ApprovalVote) -> str | None:
-    """The approval rule (runtime.policy) asked again for the person who voted, on the roles
-    and activity they hold now."""
-    kind, _, ident = vote.approver_key.partition(":")
-    if kind != "user" or not ident.isdigit():
-        return "the decision names no person"
-    name = vote.approver.partition(":")[2] or ident
-    return approval_decision_refusal(
-        fresh(Actor(kind="user", name=name, user_id=int(ident))), approval
-    )

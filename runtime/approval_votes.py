@@ -23,6 +23,7 @@ from runtime.actors import Actor
 from runtime.errors import ApprovalAlreadyApproved
 from runtime.events import event_append_txn
 from runtime.models import Approval, ApprovalVote, Operation
+from runtime.policy import approval_decision_refusal, fresh
 from runtime.tools import ToolAdapter
 
 # What the database's check allows (runtime/models/humans.py).
@@ -79,6 +80,37 @@ def approval_voted_txn(
         actor=actor.label,
         data=data,
     )
+
+
+def approval_votes_lost(approval: Approval, votes: list[ApprovalVote]) -> dict[str, str]:
+    """The voters who may no longer decide it ({approver key: why}): the approval rule
+    (runtime.policy) asked again for each, on the roles and activity they hold now."""
+    lost = {}
+    for vote in votes:
+        kind, _, ident = vote.approver_key.partition(":")
+        if kind != "user" or not ident.isdigit():
+            lost[vote.approver_key] = "the decision names no person"
+            continue
+        person = fresh(Actor(kind="user", name=vote.approver.partition(":")[2], user_id=int(ident)))
+        refusal = approval_decision_refusal(person, approval)
+        if refusal is not None:
+            lost[vote.approver_key] = refusal
+    return lost
+
+
+def approval_votes_standing_txn(
+    approval: Approval, votes: list[ApprovalVote], *, checked: str
+) -> tuple[list[ApprovalVote], list[str]]:
+    """The votes that still count, when the vote of ``checked`` (an actor key, whose right
+    the gate just checked) was recorded: an earlier approver who lost the right since (a role
+    taken away, deactivated) no longer counts, and their vote is voided here (its label
+    returned) rather than found by the release gate later."""
+    others = [v for v in votes if v.approver_key != checked]
+    lost = approval_votes_lost(approval, others) if others else {}
+    if not lost:
+        return votes, []
+    voided = approval_votes_void_txn(approval, lost)
+    return [v for v in votes if v.approver_key not in lost], voided
 
 
 def approval_votes_void_txn(approval: Approval, keys: Iterable[str] | None = None) -> list[str]:

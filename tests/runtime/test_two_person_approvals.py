@@ -342,3 +342,24 @@ def test_an_approval_decided_before_the_rule_releases_after_the_migration_writes
     assert _voters(approval) == [alice.actor.label]
     assert isinstance(_claim(op), Lease)
     assert _state(op, approval) == ("released", "running")
+
+
+@pytest.mark.django_db
+def test_an_earlier_approver_who_lost_the_right_does_not_count_towards_the_second_approval():
+    """Alice approves, then loses the operator role; Bob's approval does not make it approved
+    with hers: her vote is voided (journalled) and it waits for another approver."""
+    owner = factories.agent()
+    alice, bob, carol = (factories.console_user("operator") for _ in range(3))
+    op, approval = _gated(owner)
+    _approve(alice, approval)
+    alice.actor_user().groups.remove(Group.objects.get(name="operator"))
+
+    assert _approve(bob, approval).status == "pending"
+
+    assert _state(op, approval) == ("pending", "waiting_approval")
+    assert _voters(approval) == [bob.actor.label]
+    voted = Event.objects.filter(operation=op, type="approval.voted").order_by("seq").last()
+    assert voted.actor == bob.actor.label and voted.data["voided"] == [alice.actor.label]
+    assert (voted.data["approvals"], voted.data["approved_by"]) == (1, [bob.actor.label])
+    assert _approve(carol, approval).status == "approved"
+    assert isinstance(_claim(op), Lease)
