@@ -6,7 +6,8 @@ once and the second is refused (409 ``approval_already_approved``). The approval
 until the votes reach the count; the vote that does makes it approved (runtime.approvals, the one
 status writer, under the operation's and the approval's row locks, so of two approvers at once
 exactly one makes it approved). An edit is a new approval and so starts with no vote; a renewal
-or an integrity failure voids them all; at release a voter who lost the right loses the vote.
+or an integrity failure voids them all; a voter who lost the right loses the vote, found at the
+vote that would complete the count or, failing that, at release (runtime.approval_gate).
 
 Every function here runs inside the caller's transaction, holding the operation's row and then
 the approval's (the lock order of runtime.approvals)."""
