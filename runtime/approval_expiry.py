@@ -13,6 +13,7 @@ from django.utils import timezone
 from runtime.actors import SWEEPER, Actor
 from runtime.admission import queue_admit_txn
 from runtime.approval_gate import MAX_APPROVAL_TIMEOUT_SECONDS
+from runtime.approval_votes import approval_votes_void_txn
 from runtime.approvals import approval_locked_txn
 from runtime.crashpoints import crash_point
 from runtime.errors import Conflict, InvalidInput, WaitNotExpired
@@ -53,6 +54,8 @@ def approval_renew(
             raise WaitNotExpired(f"the approval is {approval.status}, not expired")
         expires = task_renewal_txn(op.task_id, now + timedelta(seconds=expires_in_seconds), now)
         approval_transition_txn(approval, A.PENDING, now=now, fields={"expires_at": expires})
+        # Decided again from the start: the approvals given before it expired no longer count.
+        voided = approval_votes_void_txn(approval)
         operation_transition_txn(
             op,
             S.WAITING_APPROVAL,
@@ -60,7 +63,12 @@ def approval_renew(
             actor=actor.label,
             fields={"status_reason": ""},
             event_type="approval.renewed",
-            data={"approval": approval.pk, "expires_at": expires.isoformat(), "reason": reason},
+            data={
+                "approval": approval.pk,
+                "expires_at": expires.isoformat(),
+                "reason": reason,
+                "voided": voided,
+            },
         )
         approval_noticed_txn(approval, actor=actor.label, now=now)
     return approval

@@ -11,13 +11,18 @@ from datetime import datetime, timedelta
 
 from runtime.actors import Actor
 from runtime.approval_seal import approval_seal_refusal
+from runtime.approval_votes import (
+    approval_votes,
+    approval_votes_lost,
+    approval_votes_void_txn,
+    approvals_required_for,
+)
 from runtime.db import db_now
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
 from runtime.models import Approval, Operation, Task
 from runtime.notify_events import approval_noticed_txn
 from runtime.outbox import outbox_consume_txn
-from runtime.policy import approval_decision_refusal, fresh
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.tasks import within_task_deadline
 from runtime.tools import ToolAdapter, adapters
@@ -55,6 +60,7 @@ def approval_request_txn(
         requester_key=actor.key,
         requested_for_key=f"user:{creator}" if creator is not None else "",
         requester_minted_by=actor.minted_by or "",
+        approvals_required=approvals_required_for(adapter, op.params),
         # An approval never outlives its task's deadline.
         expires_at=within_task_deadline(now + timedelta(seconds=seconds), task.deadline),
         created_at=now,
@@ -72,6 +78,7 @@ def approval_request_txn(
             "params_hash": op.params_hash,
             "expires_at": approval.expires_at.isoformat(),
             "approver_role": adapter.approver_role,
+            "approvals_required": approval.approvals_required,
         },
     )
     approval_noticed_txn(approval, actor=actor.label, now=now)
@@ -91,11 +98,17 @@ class ReleaseRefused:
 def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> ReleaseRefused | None:
     """At claim, the release recheck: the newest decision on ``op`` must be an approval of its
     current proposal (parameter hash and proposal version), not denied, still valid by the
-    database's clock, and its approver must hold the right now (roles and activity read
-    fresh). Then it becomes released and the claim goes on (None); a retry of released work
-    stays covered. Otherwise nothing runs: an approval that expired goes ``expired`` with its
-    operation (an admin renews or transforms it on /waits/); an approver who lost the right
-    voids the decision, and the request waits on /approvals/ for another approver.
+    database's clock, its votes at least the approvers it requires (the two-person rule), and
+    every voter must hold the right now (roles and activity read fresh). Then it becomes
+    released and the claim goes on (None); a retry of released work stays covered. Otherwise
+    nothing runs: an approval that expired goes ``expired`` with its operation (an admin renews
+    or transforms it on /waits/); a voter who lost the right loses the vote, and the request
+    waits on /approvals/ for another approver.
+
+    The votes are checked twice over, on purpose: the seal covers the count required and the
+    voters' keys (runtime.approval_seal), so a vote row added, dropped or rewritten behind the
+    application's back is an integrity failure; and the gate counts the votes and asks each
+    voter's right itself, because the seal says who voted, not that they may still decide.
 
     Preconditions: inside the claim's transaction, holding ``op``'s row (lock order: the
     operation, then its approvals, then the task through the journal)."""
@@ -115,16 +128,20 @@ def approval_release_txn(op: Operation, *, now: datetime, actor: str) -> Release
         return _expired_at_release_txn(latest, op, at=at, now=now, actor=actor)
     # Integrity: the decision and the parameters it covers, as stored now, under its seal (a
     # keyed MAC, runtime.approval_seal); this also covers a retry of released work.
-    tampered = approval_seal_refusal(latest, op)
+    votes = approval_votes(latest.pk)
+    tampered = approval_seal_refusal(latest, op, [v.approver_key for v in votes])
+    if tampered is None and len(votes) < latest.approvals_required:
+        tampered = f"{len(votes)} of the {latest.approvals_required} approvals it requires"
     if tampered is not None:
         return _integrity_refused(latest, op, f"integrity check failed: {tampered}", now, actor)
     if latest.status == A.RELEASED:
         return None
-    refusal = _approver_refusal(latest)
-    if refusal is not None:
+    lost = approval_votes_lost(latest, votes)
+    if lost:
+        refusal = next(iter(lost.values()))
         if op.status != S.PENDING:
             return ReleaseRefused(f"the approval no longer holds: {refusal}")
-        return _reopened_txn(latest, op, refusal, now=now, actor=actor)
+        return _reopened_txn(latest, op, lost, now=now, actor=actor)
     approval_transition_txn(
         latest,
         A.RELEASED,
@@ -156,12 +173,13 @@ def _expired_at_release_txn(
 
 
 def _reopened_txn(
-    latest: Approval, op: Operation, refusal: str, *, now: datetime, actor: str
+    latest: Approval, op: Operation, lost: dict[str, str], *, now: datetime, actor: str
 ) -> ReleaseRefused:
-    """The approver lost the right: the decision is voided and the request waits on
-    /approvals/ for another approver (announced again); the claim's outbox row is consumed."""
-    reason = f"the approver can no longer approve it: {refusal}"
-    decided_by = latest.decided_by
+    """Approvers lost the right (``lost``: their keys, and why): the decision and their votes
+    are voided (the others' stand) and the request waits on /approvals/ for another approver
+    (announced again); the claim's outbox row is consumed."""
+    reason = f"the approver can no longer approve it: {next(iter(lost.values()))}"
+    voided = approval_votes_void_txn(latest, lost)
     approval_transition_txn(
         latest,
         A.PENDING,
@@ -181,7 +199,14 @@ def _reopened_txn(
         actor=actor,
         fields={"status_reason": reason},
         event_type="approval.reopened",
-        data={"approval": latest.pk, "reason": reason, "approver": decided_by},
+        data={
+            "approval": latest.pk,
+            "reason": reason,
+            "approver": voided[0] if voided else latest.decided_by,
+            "voided": voided,
+            "approved_by": [v.approver for v in approval_votes(latest.pk)],
+            "approvals_required": latest.approvals_required,
+        },
     )
     approval_noticed_txn(latest, actor=actor, now=now)
     outbox_consume_txn(op.pk)
@@ -192,11 +217,10 @@ def _integrity_refused(
     latest: Approval, op: Operation, reason: str, now: datetime, actor: str
 ) -> ReleaseRefused:
     """Nothing runs and a person decides. An approval not yet released goes back to ``pending``
-    (its operation to ``waiting_approval``), bound again, in place, to the parameters the
-    operation holds now with a fresh validity, so the person on /approvals/ sees exactly what
-    would run and why it came back; what had been approved stays in the journal event. A retry
-    of released work cannot reopen its approval: the claim settles it ``manual_intervention``
-    with the reason. Preconditions: as approval_release_txn."""
+    (its operation to ``waiting_approval``), bound in place to the operation's parameters now
+    with a fresh validity and no vote: /approvals/ shows what would run and why it came back;
+    what had been approved stays in the journal. A retry of released work cannot reopen its
+    approval: the claim settles it ``manual_intervention``. Preconditions: as the release."""
     found = params_hash(op.params)
     data = {
         "approval": latest.pk,
@@ -217,13 +241,17 @@ def _integrity_refused(
             data=data,
         )
         return ReleaseRefused(reason)
-    adapter = adapters().get(op.tool)
-    seconds = adapter.approval_timeout_seconds if adapter else 3600
+    adapter = adapters().get(op.tool) or ToolAdapter()
+    seconds = adapter.approval_timeout_seconds
+    # Starts over, asking at least the approvers the policy asks of the parameters held now.
+    data["voided"] = approval_votes_void_txn(latest)
+    required = max(latest.approvals_required, approvals_required_for(adapter, op.params))
     approval_transition_txn(
         latest,
         A.PENDING,
         now=now,
         fields={
+            "approvals_required": required,
             "params": op.params,
             "params_hash": found,
             "decided_by": "",
@@ -245,15 +273,3 @@ def _integrity_refused(
     )
     outbox_consume_txn(op.pk)
     return ReleaseRefused(reason, returned=True)
-
-
-def _approver_refusal(approval: Approval) -> str | None:
-    """The approval rule (runtime.policy) asked again for the person who decided, on the roles
-    and activity they hold now."""
-    kind, _, ident = approval.decider_key.partition(":")
-    if kind != "user" or not ident.isdigit():
-        return "the decision names no person"
-    name = approval.decided_by.partition(":")[2] or ident
-    return approval_decision_refusal(
-        fresh(Actor(kind="user", name=name, user_id=int(ident))), approval
-    )

@@ -8,8 +8,9 @@ neither the requester nor the editor, and the task admits work. Only then does t
 become runnable, with its outbox row, in the same transaction. A concurrent decision, expiry or
 cancellation serialises on the operation row and finds the result of the first.
 
-Here: the decision (one or in bulk) and the edit; renewal, transformation and expiry are in
-runtime.approval_expiry, the reads in runtime.selectors.approvals.
+Here: the decision (one or in bulk) and the edit; what an approve and a deny write is in
+runtime.approval_decisions, the two-person rule's votes in runtime.approval_votes, renewal,
+transformation and expiry in runtime.approval_expiry, the reads in runtime.selectors.approvals.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from runtime.actors import Actor
-from runtime.approval_seal import approval_seal
+from runtime.approval_decisions import approval_approve_txn, approval_deny_txn
+from runtime.approval_votes import approval_votes, approvals_required_for
 from runtime.crashpoints import crash_point
 from runtime.errors import (
     ApprovalDecided,
@@ -35,17 +37,14 @@ from runtime.errors import (
 )
 from runtime.events import event_append_txn
 from runtime.hashing import params_hash
-from runtime.models import Approval, Operation, Task
+from runtime.models import Approval, Operation
 from runtime.notify_events import approval_noticed_txn
-from runtime.outbox import TOPIC_EXECUTE, outbox_enqueue_txn
 from runtime.policy import can_decide_approval, can_edit_approval
-from runtime.rules.admission import task_admission_check
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 from runtime.selectors.approvals import approval_get
 from runtime.tasks import within_task_deadline
-from runtime.tools import adapter_for
-from runtime.transitions.settle import operation_settle_txn
-from runtime.transitions.status import approval_transition_txn, operation_transition_txn
+from runtime.tools import ToolAdapter, adapter_for
+from runtime.transitions.status import approval_transition_txn
 
 A = ApprovalStatus
 
@@ -79,12 +78,15 @@ def _pending_or_refuse(approval: Approval, now: datetime) -> None:
 def approval_decide(
     actor: Actor, approval_id: str, *, decision: str, reason: str, params_hash: str
 ) -> Approval:
-    """Approve or deny a pending approval through the release gate.
+    """Approve or deny a pending approval through the release gate. An approve is a vote
+    (runtime.approval_votes): the approval stays pending until as many distinct people as it
+    requires voted; a deny by anyone who may decide denies it.
 
     Preconditions: ``actor`` is the authenticated caller (never a name from a request body).
     Raises InvalidInput (approving without ``params_hash``), NotAuthorized (no right now,
     requester, editor), ApprovalExpired, ApprovalDecided, ApprovalStale (another proposal),
-    TaskRefused (cancelled, paused, ended, past deadline).
+    TaskRefused (cancelled, paused, ended, past deadline), ApprovalAlreadyApproved (this
+    person's vote is recorded already).
     """
     if decision not in DECISIONS:
         raise InvalidInput("decision must be approve or deny")
@@ -119,95 +121,10 @@ def approval_decide(
             "params_hash": approval.params_hash,
             "reason": reason,
         }
-        if decision == "approve":
-            _approve_txn(actor, op, approval, params_hash, decided=decided, data=data, now=now)
-        else:
-            _deny_txn(actor, op, approval, params_hash, decided=decided, data=data, now=now)
+        decide = approval_approve_txn if decision == "approve" else approval_deny_txn
+        decide(actor, op, approval, params_hash, decided=decided, data=data, now=now)
         crash_point("approval.before_commit")
     return approval
-
-
-def _approve_txn(
-    actor: Actor,
-    op: Operation,
-    approval: Approval,
-    params_hash: str,
-    *,
-    decided: dict[str, Any],
-    data: dict[str, Any],
-    now: datetime,
-) -> None:
-    """The gate's approval: the task still admits work and the decision is for the current
-    proposal; the approval is sealed and the operation becomes runnable (with its outbox row)."""
-    task = Task.objects.select_for_update().get(pk=op.task_id)
-    task_admission_check(
-        condition=task.condition,
-        cancellation=task.cancellation,
-        paused=task.paused,
-        deadline=task.deadline,
-        now=now,
-    )
-    if (
-        params_hash != approval.params_hash
-        or approval.params_hash != op.params_hash
-        or op.status != S.WAITING_APPROVAL
-    ):
-        raise ApprovalStale("the decision is for another proposal than the current one")
-    # Sealed over what was decided and the parameters as stored; checked at release.
-    decided["seal"] = approval_seal(approval, approver=actor.key, operation_params=op.params)
-    approval_transition_txn(
-        approval,
-        A.APPROVED,
-        now=now,
-        fields=decided,
-        extra_guard={"expires_at__gt": now, "params_hash": params_hash},
-    )
-    operation_transition_txn(
-        op,
-        S.PENDING,
-        now=now,
-        actor=actor.label,
-        fields={"status_reason": ""},
-        event_type="approval.approved",
-        data=data,
-    )
-    if op.executor == Operation.EXECUTOR_WORKER:
-        outbox_enqueue_txn(topic=TOPIC_EXECUTE, operation_id=op.pk, now=now)
-
-
-def _deny_txn(
-    actor: Actor,
-    op: Operation,
-    approval: Approval,
-    params_hash: str,
-    *,
-    decided: dict[str, Any],
-    data: dict[str, Any],
-    now: datetime,
-) -> None:
-    """The gate's denial: the operation still waiting on it fails, and the journal says why."""
-    if params_hash and params_hash != approval.params_hash:
-        raise ApprovalStale("the decision is for another proposal than the current one")
-    approval_transition_txn(approval, A.DENIED, now=now, fields=decided)
-    reason = data["reason"]
-    if op.status == S.WAITING_APPROVAL:
-        operation_settle_txn(
-            op,
-            S.FAILED,
-            now=now,
-            reason=f"approval denied: {reason}",
-            actor=actor.label,
-            fields={"error": {"kind": "denied", "message": reason}},
-        )
-    event_append_txn(
-        task_id=op.task_id,
-        type="approval.denied",
-        state_version=op.state_version,
-        now=now,
-        op=op,
-        actor=actor.label,
-        data=data,
-    )
 
 
 @dataclass(frozen=True)
@@ -243,7 +160,13 @@ def approval_decide_bulk(actor: Actor, items: list[BulkItem]) -> list[dict[str, 
             )
         else:
             results.append(
-                {"approval": item.approval, "status": 200, "approval_status": approval.status}
+                {
+                    "approval": item.approval,
+                    "status": 200,
+                    "approval_status": approval.status,
+                    "approvals_required": approval.approvals_required,
+                    "approved_by": [v.approver for v in approval_votes(approval.pk)],
+                }
             )
     return results
 
@@ -256,7 +179,7 @@ def approval_edit(
     as edited by ``actor`` (who may not approve it). Preconditions: ``params`` is a JSON object."""
     seen = approval_get(actor, approval_id)  # what the actor may not see is a 404 first
     can_edit_approval(actor)
-    _edited_params_check(seen, params)
+    adapter = _edited_params_check(seen, params)
     digest = params_hash(params)
     reason = (reason or "").strip()
     with transaction.atomic():
@@ -268,14 +191,17 @@ def approval_edit(
         if digest == old.params_hash:
             raise InvalidInput("the edit does not change the parameters")
         _superseded_txn(actor, op, old, params, digest, now=now)
-        new = _successor_txn(actor, op, old, params, digest, reason=reason, now=now)
+        # A new proposal starts over with no vote, and never asks fewer approvers than the one
+        # it replaces (work in flight keeps its rule) nor than the policy asks of the new one.
+        required = max(old.approvals_required, approvals_required_for(adapter, params))
+        new = _successor_txn(actor, op, old, (params, digest, required), reason=reason, now=now)
         approval_noticed_txn(new, actor=actor.label, now=now)
     return new
 
 
-def _edited_params_check(seen: Approval, params: dict[str, Any]) -> None:
+def _edited_params_check(seen: Approval, params: dict[str, Any]) -> ToolAdapter:
     """The edited parameters, held to the schema of the tool version the operation was
-    recorded under (and runs)."""
+    recorded under (and runs): that version's adapter."""
     adapter = adapter_for(seen.tool)
     if adapter.declared:
         recorded = Operation.objects.filter(pk=seen.operation_id).values_list(
@@ -283,6 +209,7 @@ def _edited_params_check(seen: Approval, params: dict[str, Any]) -> None:
         )
         adapter = adapter.at_version(recorded.first() or "")
     adapter.validate(params)
+    return adapter
 
 
 def _superseded_txn(
@@ -320,14 +247,15 @@ def _successor_txn(
     actor: Actor,
     op: Operation,
     old: Approval,
-    params: dict[str, Any],
-    digest: str,
+    proposal: tuple[dict[str, Any], str, int],
     *,
     reason: str,
     now: datetime,
 ) -> Approval:
-    """The new pending approval of the edited proposal (the old one's validity, from now),
-    journaled as ``approval.edited``."""
+    """The new pending approval of the edited proposal (``proposal``: its parameters, their
+    hash, the approvers it requires), with the old one's validity from now, journaled as
+    ``approval.edited``."""
+    params, digest, required = proposal
     validity = old.expires_at - old.created_at
     new = Approval.objects.create(
         operation=op,
@@ -339,6 +267,7 @@ def _successor_txn(
         tool=old.tool,
         scope=old.scope,
         approver_role=old.approver_role,
+        approvals_required=required,
         requested_by=old.requested_by,
         requester_key=old.requester_key,
         requested_for_key=old.requested_for_key,
@@ -363,6 +292,7 @@ def _successor_txn(
             "proposal_version": new.proposal_version,
             "params_hash": digest,
             "reason": reason,
+            "approvals_required": required,
         },
     )
     return new

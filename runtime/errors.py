@@ -197,6 +197,13 @@ class ApprovalDecided(Conflict):
     code = "approval_decided"
 
 
+class ApprovalAlreadyApproved(Conflict):
+    """This person's approval of the request is recorded already: it waits for another
+    approver (the two-person rule counts each person once)."""
+
+    code = "approval_already_approved"
+
+
 class WaitNotExpired(Conflict):
     """Only an expired wait can be renewed, transformed or ended this way."""
 

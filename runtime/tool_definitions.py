@@ -173,6 +173,7 @@ def _approval(raw: Any, schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InvalidInput("approval must be an object", field="approval")
     extra = sorted(set(raw) - {"required", "param", "above", "approver_role", "timeout_seconds"})
+    extra = sorted(set(extra) - set(_APPROVERS_FIELDS))
     if extra:
         raise InvalidInput(f"approval.{extra[0]} is not a field", field=f"approval.{extra[0]}")
     required = raw.get("required", "never")
@@ -181,6 +182,11 @@ def _approval(raw: Any, schema: dict[str, Any]) -> dict[str, Any]:
             "approval.required must be never, always or conditional", field="approval.required"
         )
     if required == "never":
+        if any(k in raw for k in _APPROVERS_FIELDS) and raw.get("approvers", 1) != 1:
+            raise InvalidInput(
+                "approval.approvers needs approval.required always or conditional",
+                field="approval.approvers",
+            )
         return {"required": "never"}
     role = raw.get("approver_role", "operator")
     if role not in ROLES:
@@ -211,7 +217,42 @@ def _approval(raw: Any, schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(above, bool) or not isinstance(above, int | float):
             raise InvalidInput("approval.above must be a number", field="approval.above")
         approval.update({"param": param, "above": above})
+    approval.update(_approvers(raw, schema))
     return approval
+
+
+# The two-person rule of a declared tool: ``approvers`` distinct people (1 by default), always or,
+# with ``approvers_param`` and ``approvers_above``, when that number parameter is above it.
+_APPROVERS_FIELDS = ("approvers", "approvers_param", "approvers_above")
+MAX_APPROVERS = 5
+
+
+def _approvers(raw: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The rule's fields to store: none for one approver (the definition as before)."""
+    count = _int(raw.get("approvers", 1), "approval.approvers", 1, MAX_APPROVERS)
+    param, above = raw.get("approvers_param"), raw.get("approvers_above")
+    if count == 1:
+        if param is not None or above is not None:
+            raise InvalidInput(
+                "approval.approvers_param and approvers_above need approval.approvers above 1",
+                field="approval.approvers_param"
+                if param is not None
+                else "approval.approvers_above",
+            )
+        return {}
+    if param is None and above is None:
+        return {"approvers": count}
+    prop = (schema.get("properties") or {}).get(param) if isinstance(param, str) else None
+    if not isinstance(prop, dict) or prop.get("type") not in ("integer", "number"):
+        raise InvalidInput(
+            "approval.approvers_param must name a parameter params_schema declares as a number",
+            field="approval.approvers_param",
+        )
+    if isinstance(above, bool) or not isinstance(above, int | float):
+        raise InvalidInput(
+            "approval.approvers_above must be a number", field="approval.approvers_above"
+        )
+    return {"approvers": count, "approvers_param": param, "approvers_above": above}
 
 
 def _schema(raw: Any) -> dict[str, Any]:

@@ -64,6 +64,8 @@
     if (key === "a") {
       var approve = card.querySelector('button[name=decision][value=approve]');
       if (!approve) { say(refusal(card)); return; }
+      // Approved already by this person (the two-person rule): the button says why it is off.
+      if (approve.disabled) { say(card.querySelector("[data-field=voted]").textContent); return; }
       approve.click();
     } else if (key === "d") {
       var reason = card.querySelector("form.deny input[name=reason]");

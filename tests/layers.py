@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             *("runtime.reactor", "runtime.compensation", "runtime.attempts"),
             *("runtime.control", "runtime.approval_gate", "runtime.tasks"),
+            "runtime.approval_votes",
         ),
     ),
     ("transitions", ("runtime.transitions",)),

@@ -182,6 +182,13 @@ class ApprovalDecided(Conflict):
     code = "approval_decided"
 
 
+class ApprovalAlreadyApproved(Conflict):
+    """Your approval of a request that needs two approvers is recorded already: it waits for
+    another approver."""
+
+    code = "approval_already_approved"
+
+
 class WaitNotExpired(Conflict):
     code = "wait_not_expired"
 

@@ -26,6 +26,7 @@ from runtime.errors import InvalidInput
 from runtime.models import DeclaredToolVersion
 from runtime.models.tools import DeclaredToolKind
 from runtime.selectors.tool_declarations import Declaration, tool_declaration, tool_declarations
+from runtime.tool_definitions import MAX_APPROVERS
 
 # The catalogue's order (console.api.schema.ToolSerializer): one ContractEnum in the schema.
 CONTRACTS = ("replay", "lookup", "none", "pure")
@@ -45,6 +46,21 @@ class DeclaredApprovalIn(serializers.Serializer):
     )
     approver_role = serializers.ChoiceField(choices=ROLES, required=False)
     timeout_seconds = s.Int(min_value=1, max_value=MAX_APPROVAL_TIMEOUT_SECONDS, required=False)
+    approvers = s.Int(
+        min_value=1,
+        max_value=MAX_APPROVERS,
+        required=False,
+        help_text="How many distinct people must approve a call (1 by default; 2: the "
+        "two-person rule), always or, with approvers_param, above approvers_above.",
+    )
+    approvers_param = s.Text(
+        max_length=200,
+        required=False,
+        help_text="The number parameter above which approvers apply (below it, one approver).",
+    )
+    approvers_above = serializers.FloatField(
+        required=False, help_text="With approvers_param: the threshold of the two-person rule."
+    )
 
 
 class DeclaredAuthIn(serializers.Serializer):
@@ -138,6 +154,9 @@ def declared_out(row: DeclaredToolVersion) -> dict[str, Any]:
             "above": approval.get("above"),
             "approver_role": approval.get("approver_role"),
             "timeout_seconds": approval.get("timeout_seconds"),
+            "approvers": approval.get("approvers", 1),
+            "approvers_param": approval.get("approvers_param"),
+            "approvers_above": approval.get("approvers_above"),
         },
         "max_attempts": definition.get("max_attempts", 5),
         "tool_class": definition.get("tool_class") or None,
@@ -175,6 +194,9 @@ class DeclaredApprovalSerializer(serializers.Serializer):
     above = serializers.FloatField(allow_null=True)
     approver_role = serializers.CharField(allow_null=True)
     timeout_seconds = serializers.IntegerField(allow_null=True)
+    approvers = serializers.IntegerField(min_value=1)
+    approvers_param = serializers.CharField(allow_null=True)
+    approvers_above = serializers.FloatField(allow_null=True)
 
 
 class DeclaredAuthSerializer(serializers.Serializer):

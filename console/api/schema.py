@@ -106,8 +106,20 @@ class ApprovalSerializer(serializers.Serializer):
     approver_role = serializers.CharField()
     requested_by = serializers.CharField()
     edited_by = serializers.CharField(allow_null=True)
-    decided_by = serializers.CharField(allow_null=True)
+    decided_by = serializers.CharField(
+        allow_null=True, help_text="Who made it approved or denied (the last approver)."
+    )
     decided_at = serializers.DateTimeField(allow_null=True)
+    approvals_required = serializers.IntegerField(
+        min_value=1,
+        help_text="How many distinct people must approve it (the tool's two-person rule, fixed "
+        "when it was requested); it stays pending until they have.",
+    )
+    approved_by = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Who approved it so far, the first first (a pending request with fewer than "
+        "approvals_required names waits for another approver).",
+    )
     reason = serializers.CharField(allow_null=True)
     expires_at = serializers.DateTimeField()
     released_at = serializers.DateTimeField(allow_null=True)
@@ -240,6 +252,13 @@ class BulkResultSerializer(serializers.Serializer):
     approval = serializers.CharField()
     status = serializers.IntegerField(help_text="The HTTP status this item alone would get.")
     approval_status = serializers.ChoiceField(choices=ApprovalStatus.ALL, required=False)
+    approvals_required = serializers.IntegerField(min_value=1, required=False)
+    approved_by = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Who approved it so far: an approve that is not the last one required leaves "
+        "it pending.",
+    )
     error = BulkErrorSerializer(required=False)
 
 
@@ -308,6 +327,17 @@ class ToolApprovalSerializer(serializers.Serializer):
     )
     approver_role = serializers.CharField(allow_null=True)
     timeout_seconds = serializers.IntegerField(allow_null=True, min_value=1)
+    approvers = serializers.IntegerField(
+        allow_null=True,
+        min_value=1,
+        help_text="How many distinct people must approve a gated call (the two-person rule: "
+        "2), at most; null when no approval is needed.",
+    )
+    approvers_when = serializers.CharField(
+        allow_null=True,
+        help_text='When more than one approver is needed ("amount_cents above 100000"); null: '
+        "always (or one approver).",
+    )
 
 
 class ToolSerializer(serializers.Serializer):

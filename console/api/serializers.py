@@ -22,6 +22,7 @@ from runtime.models import (
     TaskCommand,
 )
 from runtime.models.tasks import MAX_EXTERNAL_ID
+from runtime.selectors.approvals import approved_by
 from runtime.selectors.budgets import MeterView
 from runtime.tasks import MAX_DEADLINE_SECONDS
 from runtime.transitions.propose import MAX_ATTEMPTS_CEILING
@@ -303,6 +304,8 @@ def approval_out(a: Approval) -> dict[str, Any]:
         "edited_by": a.edited_by or None,
         "decided_by": a.decided_by or None,
         "decided_at": iso(a.decided_at),
+        "approvals_required": a.approvals_required,
+        "approved_by": approved_by(a),
         "reason": a.reason or None,
         "expires_at": iso(a.expires_at),
         "released_at": iso(a.released_at),

@@ -51,7 +51,7 @@ from runtime.hashing import params_hash
 from runtime.models import Approval, Operation
 from runtime.notifications.dispatch import approval_link
 from runtime.rules.statuses import OperationStatus
-from runtime.selectors.approvals import approval_current, approval_list
+from runtime.selectors.approvals import approval_current, approval_list, approved_by
 from runtime.selectors.operations import operation_get
 from runtime.selectors.tasks import task_get
 from runtime.specs import OperationSpec
@@ -194,7 +194,9 @@ _LIST_APPROVALS_TOOL = types.Tool(
 _DECIDE_APPROVAL_TOOL = types.Tool(
     name=DECIDE_APPROVAL,
     description="Approve (with the params_hash of the parameters you approve) or deny (with a "
-    "reason) a pending approval, through the console's release gate.",
+    "reason) a pending approval, through the console's release gate. A request that needs "
+    "more approvers (approvals_required) stays pending until that many people approved it "
+    "(approved_by names them so far).",
     input_schema={
         "type": "object",
         "properties": {
@@ -313,6 +315,9 @@ def _pending_approvals(
                 "link": approval_link(a),
                 "decidable": refusal is None,
                 "refusal": refusal,
+                # The two-person rule: how many must approve, and who did so far.
+                "approvals_required": a.approvals_required,
+                "approved_by": approved_by(a),
             }
         )
     return out
@@ -325,7 +330,13 @@ def _decide(
     approval = approvals.approval_decide(
         actor, approval_id, decision=decision, reason=reason, params_hash=params_hash_
     )
-    return {"approval": approval.pk, "operation": approval.operation_id, "status": approval.status}
+    return {
+        "approval": approval.pk,
+        "operation": approval.operation_id,
+        "status": approval.status,
+        "approvals_required": approval.approvals_required,
+        "approved_by": approved_by(approval),
+    }
 
 
 # --- the async side: the MCP handlers --------------------------------------------------------

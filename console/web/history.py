@@ -23,7 +23,7 @@ from runtime.actors import Actor
 from runtime.errors import InvalidInput
 from runtime.history import HistoryFilter
 from runtime.rules.statuses import ApprovalStatus
-from runtime.selectors.approvals import approval_history
+from runtime.selectors.approvals import approval_history, approved_by
 from runtime.selectors.operations import resolution_history
 from runtime.tools.base import tool_catalogue
 
@@ -201,7 +201,9 @@ def approval_history_page(request: HttpRequest, actor: Actor) -> HttpResponse:
 
 
 def _decided_row(a: Any) -> dict[str, Any]:
-    if a.decided_by:
+    if a.approvals_required > 1 and a.status != ApprovalStatus.DENIED and approved_by(a):
+        by = ", ".join(approved_by(a))  # the two-person rule: every approver, the first first
+    elif a.decided_by:
         by = a.decided_by
     elif a.status == ApprovalStatus.EXPIRED:
         by = "nobody, in time"

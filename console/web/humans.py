@@ -25,7 +25,13 @@ from runtime.actors import Actor
 from runtime.errors import DomainError, InvalidInput, NotAuthorized
 from runtime.models import Approval, Operation
 from runtime.rules.statuses import ApprovalStatus
-from runtime.selectors.approvals import approval_list, params_diff, pending_approval_tools
+from runtime.selectors.approvals import (
+    approval_list,
+    approval_voters,
+    approved_by,
+    params_diff,
+    pending_approval_tools,
+)
 from runtime.selectors.waits import expired_waits_with_approvals
 from runtime.selectors.worklist import VIEW_TODO, VIEWS
 from runtime.text import char_hidden
@@ -107,10 +113,21 @@ def _approval_rows(actor: Actor, filters: dict[str, str]) -> list[dict[str, Any]
                 "left": time_left(a.expires_at, now),
                 "waited": waited(a.created_at, now),
                 "refusal": policy.approval_decision_refusal(person, a),
+                **_votes_words(actor, a),
                 **_release_words(a),
             }
         )
     return rows
+
+
+def _votes_words(actor: Actor, a: Approval) -> dict[str, Any]:
+    """The two-person rule on the card: who approved so far (by name) and whether this person
+    is one of them (their Approve is then disabled: a second approve would not count)."""
+    votes = approval_voters(a)
+    return {
+        "approved_by": [v.approver.partition(":")[2] or v.approver for v in votes],
+        "voted": any(v.approver_key == actor.key for v in votes),
+    }
 
 
 def _release_words(a: Approval) -> dict[str, Any]:
@@ -122,14 +139,27 @@ def _release_words(a: Approval) -> dict[str, Any]:
     amount = money(a.params)
     what = visible(what_runs(a.tool, a.params), "text")
     cents = a.params.get("amount_cents") if isinstance(a.params, dict) else None
+    votes = len(approval_voters(a)) + 1
+    runs = (
+        "It runs at once and cannot be undone."
+        if votes >= a.approvals_required
+        else f"Yours is approval {votes} of {a.approvals_required}: it runs once "
+        f"{a.approvals_required} people approved."
+    )
     return {
         "effects": True,
         "approve_question": (
             f"Approve request {a.pk}"
-            + (f" and release {amount}" if amount else "")
-            + f"? What will run: {what}. It runs at once and cannot be undone."
+            + (f" and release {amount}" if amount and votes >= a.approvals_required else "")
+            + f"? What will run: {what}. {runs}"
         ),
-        "release_line": f"{a.pk}: {what}" + (f", {amount}" if amount else ""),
+        "release_line": f"{a.pk}: {what}"
+        + (f", {amount}" if amount else "")
+        + (
+            f" (approval {votes} of {a.approvals_required}: it does not run yet)"
+            if votes < a.approvals_required
+            else ""
+        ),
         "cents": cents if amount else None,
         "currency": currency_of(a.params),
     }
@@ -244,11 +274,20 @@ def approval_decide(request: HttpRequest, actor: Actor, approval_id: str) -> Htt
     except DomainError as exc:
         messages.error(request, _not_decided(approval_id, exc.code, exc.message))
         return _back(request)
-    messages.success(request, _decided(approval.pk, approval.status))
+    messages.success(
+        request,
+        _decided(approval.pk, approval.status, approved_by(approval), approval.approvals_required),
+    )
     return _back(request)
 
 
-def _decided(approval_id: str, status: str) -> str:
+def _decided(approval_id: str, status: str, voters: list[str], required: int) -> str:
+    if status == ApprovalStatus.PENDING:
+        # An approve that is not the last one the two-person rule requires.
+        return (
+            f"Your approval of {approval_id} is recorded ({len(voters)} of {required}): it "
+            "waits for another approver before its action runs."
+        )
     return _DECIDED.get(status, "Request {id} is now " + status + ".").format(id=approval_id)
 
 
@@ -282,7 +321,15 @@ def approvals_bulk(request: HttpRequest, actor: Actor) -> HttpResponse:
         return _back(request)
     for result in results:
         if result["status"] == 200:
-            messages.success(request, _decided(result["approval"], result["approval_status"]))
+            messages.success(
+                request,
+                _decided(
+                    result["approval"],
+                    result["approval_status"],
+                    result["approved_by"],
+                    result["approvals_required"],
+                ),
+            )
         else:
             error = result["error"]
             messages.error(

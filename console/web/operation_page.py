@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from console.web.decorators import console_view
 from runtime.actors import Actor
+from runtime.selectors.approvals import approved_by
 from runtime.selectors.operations import STORY_ROWS, operation_story, story_transitions
 from runtime.tools import contract_of
 
@@ -44,7 +45,10 @@ def operation_detail(request: HttpRequest, actor: Actor, operation_id: str) -> H
                 for inv in story.invocations
             ],
             "leases": story.leases,
-            "approvals": [{"a": a, "params": pretty(a.params)} for a in story.approvals],
+            "approvals": [
+                {"a": a, "params": pretty(a.params), "approved_by": approved_by(a)}
+                for a in story.approvals
+            ],
             "resolutions": story.resolutions,
             "holds": story.holds,
             "rejections": [{"r": r, "detail": pretty(r.detail)} for r in story.rejections],

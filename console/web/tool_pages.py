@@ -124,6 +124,12 @@ def _fields(request: HttpRequest, *, http: bool) -> dict[str, Any]:
         approval["timeout_seconds"] = _int(
             request, "approval_timeout_seconds", "approval.timeout_seconds"
         )
+        # The two-person rule: left empty, one approver.
+        approval["approvers"] = _int(request, "approvers", "approval.approvers")
+        approval["approvers_param"] = request.POST.get("approvers_param", "").strip() or None
+        approval["approvers_above"] = _number(
+            request, "approvers_above", "approval.approvers_above"
+        )
     if required == "conditional":
         approval["param"] = request.POST.get("approval_param", "").strip()
         approval["above"] = _number(request, "approval_above", "approval.above")

@@ -7,7 +7,7 @@ from runtime.models.artifacts import (
 )
 from runtime.models.budgets import BudgetHold, BudgetMeter, ToolSlot, UsageRecord
 from runtime.models.events import Event
-from runtime.models.humans import Approval, Signal, TaskCommand
+from runtime.models.humans import Approval, ApprovalVote, Signal, TaskCommand
 from runtime.models.notifications import (
     Notification,
     NotificationEndpoint,
@@ -37,6 +37,7 @@ __all__ = [
     "Agent",
     "ApiToken",
     "Approval",
+    "ApprovalVote",
     "Artifact",
     "ArtifactStatus",
     "Attempt",

@@ -63,6 +63,10 @@ class Approval(models.Model):
     # The keyed MAC over the decision and the parameters it covers, written by an approve and
     # checked at release (runtime.approval_seal); empty until approved.
     seal = models.CharField(max_length=100, blank=True, default="")
+    # The two-person rule: how many distinct people must approve before it is approved, fixed
+    # when it is requested from the tool's policy (work in flight keeps its rule). Each
+    # approval so far is an ApprovalVote row.
+    approvals_required = models.PositiveSmallIntegerField(default=1)
     state_version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField()
 
@@ -80,10 +84,32 @@ class Approval(models.Model):
             models.CheckConstraint(
                 condition=models.Q(status__in=ApprovalStatus.ALL), name="approval_status_valid"
             ),
+            models.CheckConstraint(
+                condition=models.Q(approvals_required__gte=1, approvals_required__lte=10),
+                name="approval_required_count_valid",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "expires_at"], name="approval_status_expiry"),
             models.Index(fields=["task", "created_at"], name="approval_task_created"),
+        ]
+
+
+class ApprovalVote(models.Model):
+    """One person's approve of one approval (runtime.approval_votes): what the two-person rule
+    counts. Unique per (approval, approver), so the same person approving twice, even at once,
+    counts once; an edit is a new approval and so starts with none."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    approver = models.CharField(max_length=200)  # the label, as ``decided_by``
+    approver_key = models.CharField(max_length=100)  # the actor key, as ``decider_key``
+    voted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "approver_key"], name="approval_vote_once_per_person"
+            ),
         ]
 
 

@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 from runtime.actors import Actor
 from runtime.errors import InvalidInput, NotFound
 from runtime.history import NO_FILTER, HistoryColumns, HistoryFilter, history_page
-from runtime.models import Approval, Operation
+from runtime.models import Approval, ApprovalVote, Operation
 from runtime.policy import task_scope
 from runtime.rules.statuses import ApprovalStatus, OperationStatus
 
@@ -50,14 +50,16 @@ def approval_list(
 ) -> list[Approval]:
     """Approvals the actor may see, in ``sort`` order (APPROVAL_SORTS; oldest request first by
     default). ``pending`` means decidable now: the operation still waits for it (an approval
-    whose operation was cancelled is not offered). Each row comes with its task, operation and
-    previous proposal (no statement per row)."""
+    whose operation was cancelled is not offered). Each row comes with its task, operation,
+    previous proposal and votes (no statement per row)."""
     if status and status not in ApprovalStatus.ALL:
         raise InvalidInput(f"status must be one of {', '.join(ApprovalStatus.ALL)}")
     if sort not in APPROVAL_SORTS:
         raise InvalidInput(f"sort must be one of {', '.join(APPROVAL_SORTS)}")
-    qs: QuerySet[Approval] = Approval.objects.filter(task_scope(actor, "task__")).select_related(
-        "task", "previous", "operation"
+    qs: QuerySet[Approval] = (
+        Approval.objects.filter(task_scope(actor, "task__"))
+        .select_related("task", "previous", "operation")
+        .prefetch_related("votes")
     )
     if status:
         qs = qs.filter(status=status)
@@ -86,6 +88,7 @@ def approval_history(
         Approval.objects.filter(task_scope(actor, "task__"), status__in=DECIDED)
         .annotate(decided=Coalesce("decided_at", "expires_at"))
         .select_related("task", "operation")
+        .prefetch_related("votes")
     )
     return history_page(qs, _DECIDED_COLUMNS, filters, before=before, limit=limit)
 
@@ -105,11 +108,21 @@ def approvals_current(ops: list[Operation]) -> dict[str, Approval]:
     latest: dict[str, Approval] = {}
     if not ops:
         return latest
-    for approval in Approval.objects.filter(operation_id__in=[op.pk for op in ops]).order_by(
-        "operation_id", "proposal_version"
-    ):
+    rows = Approval.objects.filter(operation_id__in=[op.pk for op in ops]).prefetch_related("votes")
+    for approval in rows.order_by("operation_id", "proposal_version"):
         latest[approval.operation_id] = approval
     return latest
+
+
+def approval_voters(approval: Approval) -> list[ApprovalVote]:
+    """Its votes so far (the two-person rule), the first first: read from the row's prefetched
+    votes when the list prefetched them, else one statement."""
+    return sorted(approval.votes.all(), key=lambda v: (v.voted_at, v.pk))
+
+
+def approved_by(approval: Approval) -> list[str]:
+    """Who approved it so far (their labels), the first first."""
+    return [v.approver for v in approval_voters(approval)]
 
 
 def approvals_of_task(task_id: str) -> list[Approval]:

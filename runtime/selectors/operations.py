@@ -139,7 +139,9 @@ def operation_story(actor: Actor, operation_id: str) -> OperationStory:
         invocations=invocations,
         leases=_leases(op, invocations, rejections),
         approvals=list(
-            Approval.objects.filter(operation_id=op.pk).order_by("proposal_version")[:STORY_ROWS]
+            Approval.objects.filter(operation_id=op.pk)
+            .prefetch_related("votes")
+            .order_by("proposal_version")[:STORY_ROWS]
         ),
         resolutions=list(
             Resolution.objects.filter(operation_id=op.pk).order_by("at", "id")[:STORY_ROWS]

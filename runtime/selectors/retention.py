@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce
 
 from runtime.models import (
     Approval,
+    ApprovalVote,
     Artifact,
     ArtifactStatus,
     Attempt,
@@ -85,6 +86,7 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(NotificationEvent, ("task_id", "operation__task_id", "approval__task_id")),
     Part(Event, ("task_id", "operation__task_id")),
+    Part(ApprovalVote, ("approval__task_id",)),
     Part(Approval, ("task_id", "operation__task_id")),
     Part(Signal, ("task_id",)),
     Part(TaskCommand, ("task_id",)),

@@ -146,6 +146,13 @@ class ToolAdapter:
     # for a decision unless the operation says otherwise (approval_timeout_seconds).
     approver_role: str = "operator"
     approval_timeout_seconds: int = 3600
+    # The two-person rule: how many distinct people must approve a gated call (fixed on its
+    # approval when requested); ``approvers`` at most, when ``approvers_when`` says ("" always).
+    approvers: int = 1
+    approvers_when: str = ""
+
+    def approvals_required(self, params: dict[str, Any]) -> int:
+        return self.approvers
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         raise NotImplementedError
@@ -375,6 +382,8 @@ def _entry(adapter: ToolAdapter) -> dict[str, Any]:
             "when": None if when in ("", "always") else when,
             "approver_role": adapter.approver_role if when else None,
             "timeout_seconds": adapter.approval_timeout_seconds if when else None,
+            "approvers": adapter.approvers if when else None,
+            "approvers_when": (adapter.approvers_when or None) if adapter.approvers > 1 else None,
         },
         "params_schema": adapter.params_schema,
         "compensation_tool": adapter.compensation_tool,

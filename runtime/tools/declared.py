@@ -96,6 +96,11 @@ class Declared(ToolAdapter):
         self.approval_when = approval_words(approval)
         self.approver_role = str(approval.get("approver_role") or "operator")
         self.approval_timeout_seconds = int(approval.get("timeout_seconds") or 3600)
+        self.approvers = int(approval.get("approvers") or 1)
+        if approval.get("approvers_param"):
+            self.approvers_when = (
+                f"{approval['approvers_param']} above {approval['approvers_above']}"
+            )
 
     def requires_approval(self, params: dict[str, Any]) -> bool:
         required = self.approval.get("required", "never")
@@ -106,6 +111,15 @@ class Declared(ToolAdapter):
             # The value the policy weighs is missing (or not a number): a person decides.
             return True
         return bool(value > self.approval["above"])
+
+    def approvals_required(self, params: dict[str, Any]) -> int:
+        param = self.approval.get("approvers_param")
+        if not param:
+            return self.approvers
+        value = params.get(param)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self.approvers  # the value the rule weighs is missing: the stricter rule
+        return self.approvers if value > self.approval["approvers_above"] else 1
 
     def supports(self, recorded_version: str) -> bool:
         if recorded_version in self.supported_versions:

@@ -22,6 +22,8 @@ from runtime.tools.base import (
 )
 
 APPROVAL_THRESHOLD_CENTS = 10000
+# Above this a charge needs two distinct approvers (the two-person rule).
+TWO_APPROVERS_CENTS = 100000
 # The receivers keep amounts in bigint and quantities in integer columns: a larger number is
 # refused at proposal, naming the field, instead of approved and then failing in the worker.
 MAX_QTY = 2**31 - 1
@@ -222,8 +224,14 @@ class PaymentsCharge(ToolAdapter):
         ("account", "amount_cents"),
     )
 
+    approvers = 2
+    approvers_when = f"amount_cents above {TWO_APPROVERS_CENTS}"
+
     def requires_approval(self, params: dict[str, Any]) -> bool:
         return int(params.get("amount_cents", 0)) > APPROVAL_THRESHOLD_CENTS
+
+    def approvals_required(self, params: dict[str, Any]) -> int:
+        return 2 if int(params.get("amount_cents", 0)) > TWO_APPROVERS_CENTS else 1
 
     def invoke(self, ctx: InvocationContext) -> ToolResult:
         fault = faults.before_effect(ctx)

@@ -182,6 +182,7 @@ def test_a_handshake_era_client_gets_the_pending_state_and_an_operator_decides_o
             rows = {r["operation"]: r for r in listed.structured_content["approvals"]}
             first, second = rows[body["operation"]], rows[other.structured_content["operation"]]
             assert first["decidable"] is True and first["link"] == body["approval"]["link"]
+            assert (first["approvals_required"], first["approved_by"]) == (1, [])
             approved = await o.call_tool(
                 "console.decide_approval",
                 {
@@ -201,6 +202,7 @@ def test_a_handshake_era_client_gets_the_pending_state_and_an_operator_decides_o
 
     approved, no_reason, denied = _run(decide())
     assert approved.structured_content["status"] == "approved"
+    assert approved.structured_content["approved_by"] == [operator.actor.label]
     assert no_reason.is_error is True
     assert no_reason.structured_content["error"]["code"] == "invalid_input"
     assert denied.structured_content["status"] == "denied"

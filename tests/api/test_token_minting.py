@@ -12,7 +12,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from runtime.approval_seal import approval_seal
-from runtime.models import Agent, ApiToken, Approval, AuditRecord, Operation
+from runtime.models import Agent, ApiToken, Approval, ApprovalVote, AuditRecord, Operation
 from runtime.tokens import CLI
 from runtime.transitions.claim import operation_claim
 from runtime.transitions.claim_refusals import Refusal
@@ -125,7 +125,14 @@ def test_the_minter_is_refused_at_release_too():
         status="approved", decided_by=admin.actor.label, decider_key=admin.actor.key
     )
     Operation.objects.filter(pk=approval.operation_id).update(status="pending")
-    # Written before this rule: sealed as migration 0014 seals every decided row it finds.
+    # Written before this rule: its vote as migration 0025 writes it from the decision, sealed
+    # as migration 0014 seals every decided row it finds.
+    ApprovalVote.objects.create(
+        approval_id=approval.pk,
+        approver=admin.actor.label,
+        approver_key=admin.actor.key,
+        voted_at=approval.created_at,
+    )
     forged = Approval.objects.get(pk=approval.pk)
     stored = Operation.objects.get(pk=approval.operation_id).params
     seal = approval_seal(forged, approver=forged.decider_key, operation_params=stored)

@@ -38,6 +38,9 @@ def test_the_catalogue_lists_each_tool_with_contract_approval_and_params_schema(
         "when": "amount_cents above 10000",
         "approver_role": "operator",
         "timeout_seconds": 3600,
+        # The two-person rule: above a second, higher threshold, two distinct approvers.
+        "approvers": 2,
+        "approvers_when": "amount_cents above 100000",
     }
     schema = charge["params_schema"]
     assert set(schema["required"]) == {"account", "amount_cents"}
@@ -60,6 +63,10 @@ def test_every_registered_tool_declares_a_valid_self_contained_params_schema(
     assert "params_schema" in type(adapter).__dict__, f"{adapter.name} declares no schema"
     if type(adapter).requires_approval is not ToolAdapter.requires_approval:
         assert adapter.approval_when, f"{adapter.name} may need approval but does not say when"
+    if type(adapter).approvals_required is not ToolAdapter.approvals_required:
+        assert adapter.approvers > 1 and adapter.approvers_when, (
+            f"{adapter.name} may need more approvers but does not say how many or when"
+        )
 
 
 def _propose(owner: Any, task: Any, tool: str, params: Any, step: str = "s") -> Any:

@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.web import history
+from runtime.approvals import approval_decide
 from runtime.models import Approval, Operation, Resolution
 from tests import factories
 
@@ -190,3 +191,25 @@ def test_a_time_filter_reads_days_minutes_and_zones():
         with pytest.raises(ValueError):
             parse(bad, end=False)
     assert Operation.objects.count() == 0  # pure
+
+
+def test_the_history_names_both_approvers_of_a_two_person_request():
+    owner = factories.agent()
+    alice, bob = factories.console_user("operator"), factories.console_user("operator")
+    op = factories.operation(
+        owner,
+        factories.task(owner, "pay big"),
+        tool="demo.payments.charge",
+        params={"account": "a", "amount_cents": 200000},
+    )
+    approval = Approval.objects.get(operation=op)
+    for who in (alice, bob):
+        approval_decide(
+            who.actor, approval.pk, decision="approve", reason="", params_hash=op.params_hash
+        )
+    browser = _browser("operator")
+    body = browser.get("/approvals/?status=decided").content.decode()
+    assert f"{alice.actor.label}, {bob.actor.label}" in body
+    # The operation's page says it too, with the count.
+    page = browser.get(f"/operations/{op.pk}/").content.decode()
+    assert f"2 of 2 approvals: {alice.actor.label}, {bob.actor.label}" in page

@@ -139,3 +139,27 @@ def test_a_private_address_is_refused_on_the_form_as_typed_without_the_secret():
     assert "Nothing was declared" in page and "TOOL_ALLOW_PRIVATE_HOSTS" in page
     assert 'value="http://10.0.0.7/invoices"' in page and SECRET not in page
     assert not DeclaredTool.objects.exists()
+
+
+def test_an_admin_sets_a_two_person_rule_with_the_form_and_a_bad_one_is_refused():
+    browser, _ = _browser("admin")
+    refused = browser.post(
+        "/tools/declared", _form(approvers="2", approvers_param="nothing", approvers_above="9")
+    )
+    assert refused.status_code == 400
+    assert "approval.approvers_param must name a parameter" in refused.content.decode()
+    assert not DeclaredTool.objects.exists()
+
+    answer = browser.post(
+        "/tools/declared",
+        _form(approvers="2", approvers_param="amount_cents", approvers_above="500000"),
+    )
+    assert answer.status_code == 302, answer.content[:500]
+    row = DeclaredToolVersion.objects.get(tool_id="acme.billing.send_invoice")
+    assert row.definition["approval"]["approvers"] == 2
+    assert row.definition["approval"]["approvers_param"] == "amount_cents"
+    assert row.definition["approval"]["approvers_above"] == 500000
+    catalogue = browser.get("/tools/").content.decode()
+    assert "2 distinct approvers when amount_cents above 500000" in catalogue
+    detail = browser.get("/tools/declared/acme.billing.send_invoice/").content.decode()
+    assert 'name="approvers" type="number" min="1" max="5" value="2"' in detail

@@ -15,6 +15,10 @@ class AcceptIn(BaseModel):
     expected_state_version: int = Field(..., ge=1, le=2147483647)
 
 
+class ApprovedByItem(RootModel[str]):
+    root: str = Field(..., min_length=1)
+
+
 class ApprovalRenewIn(BaseModel):
     """
     An approval's new validity period.
@@ -174,6 +178,11 @@ class BulkResult(BaseModel):
     The HTTP status this item alone would get.
     """
     approval_status: ApprovalStatus | None = None
+    approvals_required: int | None = Field(None, ge=1)
+    approved_by: list[ApprovedByItem] | None = None
+    """
+    Who approved it so far: an approve that is not the last one required leaves it pending.
+    """
     error: BulkError | None = None
 
 
@@ -868,6 +877,14 @@ class ToolApproval(BaseModel):
     """
     approver_role: str | None = Field(..., min_length=1)
     timeout_seconds: int | None = Field(..., ge=1)
+    approvers: int | None = Field(..., ge=1)
+    """
+    How many distinct people must approve a gated call (the two-person rule: 2), at most; null when no approval is needed.
+    """
+    approvers_when: str | None = Field(..., min_length=1)
+    """
+    When more than one approver is needed ("amount_cents above 100000"); null: always (or one approver).
+    """
 
 
 class ToolOperationInKindEnum(StrEnum):
@@ -941,7 +958,18 @@ class Approval(BaseModel):
     requested_by: str = Field(..., min_length=1)
     edited_by: str | None = Field(..., min_length=1)
     decided_by: str | None = Field(..., min_length=1)
+    """
+    Who made it approved or denied (the last approver).
+    """
     decided_at: AwareDatetime | None = Field(...)
+    approvals_required: int = Field(..., ge=1)
+    """
+    How many distinct people must approve it (the tool's two-person rule, fixed when it was requested); it stays pending until they have.
+    """
+    approved_by: list[ApprovedByItem]
+    """
+    Who approved it so far, the first first (a pending request with fewer than approvals_required names waits for another approver).
+    """
     reason: str | None = Field(..., min_length=1)
     expires_at: AwareDatetime
     released_at: AwareDatetime | None = Field(...)
@@ -1053,6 +1081,9 @@ class DeclaredApproval(BaseModel):
     above: float | None = Field(...)
     approver_role: str | None = Field(..., min_length=1)
     timeout_seconds: int | None = Field(...)
+    approvers: int = Field(..., ge=1)
+    approvers_param: str | None = Field(..., min_length=1)
+    approvers_above: float | None = Field(...)
 
 
 class DeclaredApprovalIn(BaseModel):
@@ -1070,6 +1101,18 @@ class DeclaredApprovalIn(BaseModel):
     """
     approver_role: ApproverRoleEnum | None = None
     timeout_seconds: int | None = Field(None, ge=1, le=2592000)
+    approvers: int | None = Field(None, ge=1, le=5)
+    """
+    How many distinct people must approve a call (1 by default; 2: the two-person rule), always or, with approvers_param, above approvers_above.
+    """
+    approvers_param: str | None = Field(None, max_length=200, min_length=1)
+    """
+    The number parameter above which approvers apply (below it, one approver).
+    """
+    approvers_above: float | None = None
+    """
+    With approvers_param: the threshold of the two-person rule.
+    """
 
 
 class DeclaredAuth(BaseModel):
