@@ -8,6 +8,7 @@ docs/simulation.md, "Catch rates"."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import statistics
 import sys
@@ -78,6 +79,9 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", default="", help="the catch rate's seeds (comma-separated)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        # The journal's line per transition (runtime.journal) is for operators; a run makes
+        # tens of thousands, and its own trace (--trace) says what each step did.
+        logging.getLogger("runtime.journal").setLevel(logging.WARNING)
         plants = [p for p in opts["plant"].split(",") if p]
         unknown = set(plants) - set(PLANTS)
         if unknown:
