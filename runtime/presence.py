@@ -22,6 +22,7 @@ only such a person is told who is there."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -44,6 +45,15 @@ def _valid(connection: str, item: str | None) -> None:
         raise InvalidInput("an item is the id of a card (letters, digits, _ and -)")
 
 
+def _clear_expired(now: datetime) -> None:
+    """Remove the rows that no longer count. Every open page does this at its beat: rows
+    another page is removing (locked) are skipped, so two never wait on each other, nor
+    deadlock by taking the same rows in different orders."""
+    with transaction.atomic():
+        gone = Presence.objects.filter(expired(now)).select_for_update(skip_locked=True)
+        Presence.objects.filter(pk__in=list(gone.values_list("pk", flat=True))).delete()
+
+
 def presence_record(actor: Actor, place: str, connection: str, *, item: str | None = None) -> bool:
     """Record that ``actor``'s page ``connection`` has ``place`` open now, on card ``item``
     (None: the card it said last; "": none). True when the others' lists change by it: the page
@@ -54,10 +64,10 @@ def presence_record(actor: Actor, place: str, connection: str, *, item: str | No
     ``connection`` is not another person's or place's page (Conflict)."""
     place_checked(actor, place)
     _valid(connection, item)
-    now = timezone.now()
+    now, user_id = timezone.now(), actor.user_id or 0
+    _clear_expired(now)
     with transaction.atomic():
-        Presence.objects.filter(expired(now)).delete()
-        mine = Presence.objects.filter(connection=connection, user_id=actor.user_id, place=place)
+        mine = Presence.objects.filter(connection=connection, user_id=user_id, place=place)
         row = mine.select_for_update().first()
         if row is not None:
             moved = item is not None and item != row.item
@@ -67,7 +77,7 @@ def presence_record(actor: Actor, place: str, connection: str, *, item: str | No
         try:
             with transaction.atomic():
                 Presence.objects.create(
-                    user_id=actor.user_id,
+                    user_id=user_id,
                     place=place,
                     connection=connection,
                     item=item or "",
@@ -81,5 +91,5 @@ def presence_record(actor: Actor, place: str, connection: str, *, item: str | No
 def presence_leave(actor: Actor, connection: str) -> bool:
     """``actor``'s page ``connection`` is closed: it leaves the others' lists now. True when it
     was there. Allowed to anyone, for their own page (one who lost the right leaves too)."""
-    deleted, _ = Presence.objects.filter(connection=connection, user_id=actor.user_id).delete()
+    deleted, _ = Presence.objects.filter(connection=connection, user_id=actor.user_id or 0).delete()
     return deleted > 0

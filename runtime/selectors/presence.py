@@ -60,7 +60,7 @@ def present_others(actor: Actor, place: str, now: datetime) -> list[Present]:
     rows = (
         Presence.objects.filter(place=place, user_id__in=list(workers))
         .exclude(expired(now))
-        .exclude(user_id=actor.user_id)
+        .exclude(user_id=actor.user_id or 0)
         .values_list("user_id", "item")
     )
     items: dict[int, set[str]] = {}
