@@ -241,8 +241,8 @@ PRESENCE_GROUP = "presence.{place}"
 
 def _beat_seconds() -> float:
     """How often an open page says it is still there: a third of its lifetime, so one late or
-    lost beat never makes a present person vanish."""
-    return float(settings.PRESENCE_SECONDS) / 3
+    lost beat never makes a present person vanish (and never a busy loop, whatever is set)."""
+    return max(0.1, float(settings.PRESENCE_SECONDS) / 3)
 
 
 class PresenceConsumer(_Person):
