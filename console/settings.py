@@ -235,6 +235,10 @@ SWEEP_SECONDS = _env_int("SWEEP_SECONDS", 5)
 # forgotten goes back to everyone's "to do" this many minutes after it was taken or handed over
 # (runtime.worklist; taking it again renews it).
 CLAIM_RETURN_MINUTES = _env_int("CLAIM_RETURN_MINUTES", 30)
+# Who else has a queue page open (runtime.presence): each open page says it is still there every
+# third of this many seconds; one not heard of for this long (a killed tab, a lost network)
+# drops out of the others' "Also here".
+PRESENCE_SECONDS = float(os.environ.get("PRESENCE_SECONDS") or 30.0)
 WORKERS = _env_int("WORKERS", 2)
 # Outbox rows that no claim consumed within this many seconds of becoming due are published again.
 OUTBOX_GRACE_SECONDS = _env_int("OUTBOX_GRACE_SECONDS", max(2 * SWEEP_SECONDS, 5))

@@ -30,6 +30,8 @@ the Django admin) are in runtime.policy_features, by the same contract.
 |   people's queue (runtime.worklist); be handed one |   staff for unresolved operations, admins |
 |   |   both (roles read fresh) |
 | read who holds an item and its comments | a person with a console role (roles read fresh) |
+| be recorded as having a queue's page open, and told who else | those who work the queue |
+|   has it open (presence, runtime.presence) |   (``can_work_on``, roles read fresh) |
 | renew, transform or end an expired wait or approval | admins |
 | send a signal to a task | its agent; for a task a user created, that user |
 | pause, resume, steer a task | its agent (or the user who created it), operators, admins |

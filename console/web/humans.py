@@ -219,6 +219,7 @@ def _approvals_context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
         "fragment_url": "/fragments/approvals" + (f"?{query}" if query else ""),
         "back": "/approvals/" + (f"?{query}" if query else ""),
         "feed_head": journal.feed_head(),
+        "presence": worklist.presence_place(actor, "approvals"),
     }
 
 

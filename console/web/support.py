@@ -143,6 +143,7 @@ def _context(request: HttpRequest, actor: Actor) -> dict[str, Any]:
         "back": "/unresolved/" + query,
         "can_resolve": policy.allowed(policy.can_resolve, actor),
         "feed_head": journal.feed_head(),
+        "presence": worklist.presence_place(actor, "unresolved"),
     }
 
 

@@ -34,6 +34,12 @@ from runtime.selectors.worklist import (
 _PAGES = {"approvals": "/approvals/", "unresolved": "/unresolved/"}
 
 
+def presence_place(actor: Actor, queue: str) -> str:
+    """The queue whose presence the page shows ("Also here", runtime.presence), or "" for one
+    who does not work it: they are neither recorded nor told who is there."""
+    return queue if policy.allowed(policy.can_work_on, actor, queue) else ""
+
+
 def view_of(request: HttpRequest) -> str:
     """The view asked for ("todo" when none); InvalidInput for one that does not exist."""
     view = (request.GET.get("view") or VIEW_TODO).strip()

@@ -25,6 +25,7 @@ from runtime.models.operations import (
     Resolution,
 )
 from runtime.models.outbox import OutboxMessage
+from runtime.models.presence import Presence
 from runtime.models.principals import Agent, ApiToken, AuditRecord, RateCounter
 from runtime.models.requests import IdempotentRequest
 from runtime.models.schedules import Schedule, ScheduleEvent, ScheduleRun
@@ -61,6 +62,7 @@ __all__ = [
     "NotificationTask",
     "Operation",
     "OutboxMessage",
+    "Presence",
     "RateCounter",
     "RejectedObservation",
     "RequiredCheck",

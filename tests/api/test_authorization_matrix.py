@@ -208,6 +208,8 @@ MATRIX: dict[tuple[str, str], tuple[Any, ...]] = {
     ("POST", "tools/declared/<name>/edit"): (LOGIN, LOGIN, LOGIN, 403, 403, 302, LOGIN, LOGIN, LOGIN),
     ("WS", "ws/tasks/<id:task_id>/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
     ("WS", "ws/feed/"): (4401, 4401, 4401, OPEN, OPEN, OPEN, 4401, 4401, 4401),
+    # Presence (issue 39): on the queue's page, for those who work it (here the unresolved one).
+    ("WS", "ws/presence/<str:queue>/"): (4401, 4401, 4401, 4403, OPEN, OPEN, 4401, 4401, 4401),
 }  # fmt: skip
 
 # Minting on /tokens/, by target (POST /tokens/ above mints for a new agent): a token acts only

@@ -36,6 +36,8 @@ RECHECK_SECONDS = 0.3
 # stream could otherwise be rechecked at.
 ENDS_WITHIN = 8.0
 SSE = "api/v1/tasks/<id:task_id>/events"
+# On the unresolved queue's page, which support staff and admins work (an operator is refused).
+PRESENCE = "ws/presence/<str:queue>/"
 _ = None
 
 # stream, route, change -> one cell per principal, in the matrix's PRINCIPALS order:
@@ -51,6 +53,9 @@ RECHECKS: dict[tuple[str, str, str], tuple[Any, ...]] = {
     ("WS", "ws/feed/", "logout"):               (_, _,   _,    4401, 4401, 4401, _,    _,    _),
     ("WS", "ws/feed/", "deactivated"):          (_, _,   _,    4401, 4401, 4401, _,    _,    _),
     ("WS", "ws/feed/", "role removed"):         (_, _,   _,    4403, 4403, 4403, _,    _,    _),
+    ("WS", PRESENCE, "logout"):                 (_, _,   _,    _,    4401, 4401, _,    _,    _),
+    ("WS", PRESENCE, "deactivated"):            (_, _,   _,    _,    4401, 4401, _,    _,    _),
+    ("WS", PRESENCE, "role removed"):           (_, _,   _,    _,    4403, 4403, _,    _,    _),
 }  # fmt: skip
 SSE_CODES = {401: "not_authenticated", 403: "not_authorized"}
 
@@ -158,9 +163,11 @@ def test_open_streams_end_once_their_principal_no_longer_holds(
                 streams[(method, route)] = stream
             else:
                 path = "/" + route.replace("<id:task_id>", task.pk)
+                path = path.replace("<str:queue>", "unresolved")
                 ws = open_streams.enter_context(websocket(stream_server, path, sessionid))
                 journal_note(task.pk, route)  # a message proves the socket is open and followed
-                assert json.loads(ws.recv(timeout=30))["type"] in ("event", "hint")
+                # (presence says who else is there as it opens)
+                assert json.loads(ws.recv(timeout=30))["type"] in ("event", "hint", "presence")
                 streams[(method, route)] = ws
         _change(change, principal, stream_server, sessionid)
         ended: dict[tuple[str, str], Any] = {}
