@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runtime', '0024_saved_views'),
+        ('runtime', '0025_two_person_approvals'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
