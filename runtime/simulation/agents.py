@@ -39,8 +39,8 @@ S = OperationStatus
 
 
 class Agents(Witness):
-    def do_propose(self, step: Step) -> str:
-        task_id = self._task(step.a)
+    def do_propose(self, step: Step, task_id: str | None = None) -> str:
+        task_id = task_id or self._task(step.a)
         variant = VARIANTS[step.b % len(VARIANTS)]
         # Half the proposals name their step from the hostile list (shared across tools and
         # kinds, so different intents meet on one step name), half from a tame one per variant.

@@ -82,7 +82,15 @@ class People(Sweeper):
             # A task that asked to be undone on this very ending, holding an effect its saga
             # must undo: the saga's own path (its compensations then run like any work).
             how = ("cancel", "fail")[step.b % 2]
-            live = self._undoable(how) or live
+            undoable = self._undoable(how)
+            asking = [] if undoable else self._compensated_on(how)
+            if asking:
+                # Nothing its saga would undo yet: what it undoes arrives first (a small charge
+                # or a reservation), as a decision's request does when nothing waits.
+                variant = (1, 3)[(step.b // 2) % 2]
+                request = Step("propose", step.a, variant, step.fault)
+                return "request: " + self.do_propose(request, self._pick(asking, step.a))
+            live = undoable or live
         task_id = self._pick(live, step.a)
         if task_id is None:
             return "nothing live"
@@ -91,6 +99,15 @@ class People(Sweeper):
         return self._stop(how, step.b // 5, task_id) + self._lost(
             step, lambda: self._stop(how, step.b // 5, task_id)
         )
+
+    def _compensated_on(self, how: str) -> list[str]:
+        """Live tasks that asked to be compensated when ended as ``how``."""
+        ending = {"cancel": "cancelled", "fail": "failed"}[how]
+        return [
+            t.pk
+            for t in Task.objects.filter(pk__in=self._live()).order_by("created_at", "id")
+            if ending in (t.compensate_on or [])
+        ]
 
     def _undoable(self, how: str) -> list[str]:
         """Live tasks that asked to be compensated when ended as ``how`` and hold a succeeded
